@@ -1,0 +1,235 @@
+"""One validated config type that names a benchmark cell, plus the grids and presets.
+
+Every part of mhabench (implementations, timing, profiling, asv benchmarks, the report
+and the CLI) takes an :class:`AttentionConfig`. Construction validates every field with a
+``ValueError`` that names the bad value and what is allowed; whether *this machine* can
+run a config (GPU present, framework installed) is a separate question answered by
+:func:`check_available`, so the cost model still works for configs of other machines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+FRAMEWORKS = ("torch", "jax")
+BACKENDS = ("loop", "batched", "fused", "reference")
+DEVICES = ("cpu", "cuda")
+DTYPES = ("float32", "bfloat16")
+# forward: one forward pass; train: forward + backward of the attention layer;
+# decode: queries attend to already projected (cached) keys/values, so the key and
+# value projections are not part of the step (Exercise 7.2, the KV cache).
+MODES = ("forward", "train", "decode")
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+class UnavailableError(ValueError):
+    """A valid config that this machine cannot run (no GPU, framework missing, ...)."""
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} is not allowed; it must be a positive integer")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """One multi-head attention cell: framework, backend, shapes and variant.
+
+    ``n`` queries attend over ``m`` keys/values of width ``d`` split into ``heads`` query
+    heads of width ``p = d / heads`` and ``kv_heads`` key/value heads (``kv_heads ==
+    heads``: MHA, ``1``: MQA, otherwise GQA). Self-attention (``cross=False``) feeds one
+    tensor as queries, keys and values, so ``m`` must equal ``n``; ``m=None`` means ``n``.
+    """
+
+    framework: str = "torch"
+    backend: str = "batched"
+    batch: int = 8
+    n: int = 512
+    m: int | None = None
+    d: int = 256
+    heads: int = 8
+    kv_heads: int | None = None
+    cross: bool = False
+    masked: bool = False
+    dropout: float = 0.0
+    dtype: str = "float32"
+    device: str = "cpu"
+    mode: str = "forward"
+
+    def __post_init__(self) -> None:
+        # Normalise the defaults that depend on other fields (frozen: go through object).
+        if self.m is None:
+            object.__setattr__(self, "m", self.n)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        self._validate()
+
+    def _validate(self) -> None:
+        _choice("framework", self.framework, FRAMEWORKS)
+        _choice("backend", self.backend, BACKENDS)
+        _choice("device", self.device, DEVICES)
+        _choice("dtype", self.dtype, DTYPES)
+        _choice("mode", self.mode, MODES)
+        for name in ("batch", "n", "m", "d", "heads", "kv_heads"):
+            _positive_int(name, getattr(self, name))
+        for name in ("cross", "masked"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; use True or False")
+        if self.d % self.heads:
+            divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
+            shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+            raise ValueError(f"heads={self.heads} must divide d={self.d}; allowed heads: {shown}")
+        if self.heads % self.kv_heads:
+            divisors = [g for g in range(1, self.heads + 1) if self.heads % g == 0]
+            raise ValueError(
+                f"kv_heads={self.kv_heads} must divide heads={self.heads}; "
+                f"allowed kv_heads: {', '.join(map(str, divisors))}"
+            )
+        if not self.cross and self.m != self.n and self.mode != "decode":
+            raise ValueError(
+                f"m={self.m} differs from n={self.n} in self-attention; "
+                "set cross=True (--cross) for n queries over m keys/values, or leave m unset"
+            )
+        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout!r} is not allowed; it must be in [0, 1)")
+        if self.backend == "reference" and self.kv_heads != self.heads:
+            raise ValueError(
+                f"backend='reference' (the framework's own layer) supports MHA only, "
+                f"but kv_heads={self.kv_heads} != heads={self.heads}; use loop, batched or fused"
+            )
+        if self.backend == "reference" and self.mode == "decode":
+            raise ValueError(
+                "backend='reference' has no cached-key/value step; mode='decode' needs "
+                "loop, batched or fused"
+            )
+
+    # ----- derived quantities -------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """p = d / h, the width of one head."""
+        return self.d // self.heads
+
+    @property
+    def group_size(self) -> int:
+        """Query heads that share one key/value head (h / h_kv)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def variant(self) -> str:
+        if self.kv_heads == self.heads:
+            return "mha"
+        return "mqa" if self.kv_heads == 1 else "gqa"
+
+    @property
+    def id(self) -> str:
+        """Stable short id, e.g. ``torch-batched-cpu-f32-fwd-b8-n512-m512-d256-h8-kv8``."""
+        dt = {"float32": "f32", "bfloat16": "bf16"}[self.dtype]
+        md = {"forward": "fwd", "train": "train", "decode": "dec"}[self.mode]
+        parts = [self.framework, self.backend, self.device, dt, md,
+                 f"b{self.batch}", f"n{self.n}", f"m{self.m}", f"d{self.d}",
+                 f"h{self.heads}", f"kv{self.kv_heads}"]
+        if self.cross:
+            parts.append("cross")
+        if self.masked:
+            parts.append("masked")
+        if self.dropout:
+            parts.append(f"drop{self.dropout:g}")
+        return "-".join(parts)
+
+    def replace(self, **changes: Any) -> AttentionConfig:
+        """A copy with some fields changed (validated again); m/kv_heads follow n/heads
+        unless given, when they were defaulted."""
+        fields = self.to_dict()
+        if "n" in changes and "m" not in changes and not self.cross and self.mode != "decode":
+            fields["m"] = None
+        if "heads" in changes and "kv_heads" not in changes and self.kv_heads == self.heads:
+            fields["kv_heads"] = None
+        fields.update(changes)
+        return AttentionConfig(**fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttentionConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**data)
+
+
+def framework_installed(framework: str) -> bool:
+    module = {"torch": "torch", "jax": "flax"}[framework]
+    return importlib.util.find_spec(module) is not None and (
+        framework != "jax" or importlib.util.find_spec("jax") is not None)
+
+
+def check_available(config: AttentionConfig) -> None:
+    """Raise :class:`UnavailableError` naming what this machine lacks to run ``config``."""
+    if not framework_installed(config.framework):
+        extra = "torch" if config.framework == "torch" else "jax"
+        raise UnavailableError(
+            f"framework={config.framework!r} is not installed here; "
+            f"install the '{extra}' extra (pip install 'mhabench[{extra}]')")
+    if config.device == "cuda":
+        if config.framework == "torch":
+            import torch
+
+            ok = torch.cuda.is_available()
+        else:
+            import jax
+
+            ok = any(dev.platform == "gpu" for dev in jax.devices()) if _jax_has_gpu() else False
+        if not ok:
+            raise UnavailableError(
+                f"device='cuda' is not available to {config.framework} on this machine "
+                "(no GPU found); use device='cpu'")
+
+
+def _jax_has_gpu() -> bool:
+    import jax
+
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+# ----- grids and presets ---------------------------------------------------------------
+CHAPTER = {"batch": 8, "n": 512, "d": 256}
+HEAD_SWEEP = (1, 2, 4, 8, 16, 32, 64)
+
+
+def head_sweep(framework: str = "torch", backend: str = "batched",
+               heads: tuple[int, ...] = HEAD_SWEEP, **overrides: Any) -> list[AttentionConfig]:
+    """Exercise 6.4: d=256, n=512, batch 8, one config per head count."""
+    base = {**CHAPTER, **overrides}
+    return [AttentionConfig(framework=framework, backend=backend, heads=h, **base) for h in heads]
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # name: keyword arguments of head_sweep / AttentionConfig
+    "chapter": {"heads": (1, 8, 64)},
+    "heads": {"heads": HEAD_SWEEP},
+    "tiny": {"heads": (1, 2), "batch": 2, "n": 32, "d": 32},
+    "softmax-heavy": {"heads": (1, 4), "batch": 2, "n": 1024, "d": 16},
+}
+
+
+def preset(name: str, framework: str = "torch", backend: str = "batched",
+           **overrides: Any) -> list[AttentionConfig]:
+    """The configs of a named preset for one framework and backend."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    kwargs = {**PRESETS[name], **overrides}
+    return head_sweep(framework, backend, **kwargs)

@@ -1,0 +1,115 @@
+"""The analytic cost model: pure arithmetic on an :class:`AttentionConfig`.
+
+Forward pass, one multiply-add = 2 FLOPs, per sequence with n queries, m keys/values,
+width d, h query heads of width p = d/h and h_kv key/value heads:
+
+=====================================  ===============================
+query and output projections           2nd^2 + 2nd^2
+key and value projections              2 * 2 m d (h_kv p)
+scores Q K^T and mixing A V            2nmd + 2nmd
+elementwise on the map (scale, mask,   c * h n m   (c = ELEMENTWISE_OPS)
+softmax): the part that grows with h
+=====================================  ===============================
+
+Self-attention MHA (m = n, h_kv = h) gives the chapter's 8nd^2 + 4n^2 d. ``flops_model``
+is that chapter count (projections + scores + mixing); the elementwise term is reported
+beside it because it is what the chapter's count leaves out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from mhabench.config import DTYPE_BYTES, AttentionConfig
+
+# Elementwise passes over each attention-map element in a forward pass: scale, mask,
+# max-subtract, exp, normalise. XLA's cost_analysis counts about this many.
+ELEMENTWISE_OPS = 5
+# A training step's backward costs about twice the forward matmul work.
+TRAIN_FACTOR = 3
+# Backends that write the (batch, h, n, m) attention map to memory. Fused kernels
+# (torch SDPA flash, jax.nn.dot_product_attention's XLA fusion, torch's own MHA fast
+# path which calls SDPA) keep it in registers/cache tiles.
+_MATERIALISES_MAP = {
+    ("torch", "loop"): True, ("torch", "batched"): True,
+    ("torch", "fused"): False, ("torch", "reference"): False,
+    ("jax", "loop"): True, ("jax", "batched"): True,
+    ("jax", "fused"): False, ("jax", "reference"): True,
+}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The model's terms for one config, whole batch, one step of its mode."""
+
+    flops_projections: int  # q, k, v, o projections
+    flops_attention: int  # scores Q K^T and mixing A V
+    flops_elementwise: int  # scale, mask, softmax on the attention map
+    flops_model: int  # the chapter's count: projections + attention
+    params: int
+    attention_map_elements: int  # batch * h * n * m
+    attention_map_bytes: int  # what this backend materialises (0 for fused kernels)
+    kv_cache_bytes_per_token: int  # per layer, this config's dtype
+    peak_bytes_estimate: int  # rough working-set bound, for memory budgets
+
+    @property
+    def flops_total(self) -> int:
+        return self.flops_model + self.flops_elementwise
+
+    def as_dict(self) -> dict[str, int]:
+        out = asdict(self)
+        out["flops_total"] = self.flops_total
+        return out
+
+
+def params(d: int, heads: int, kv_heads: int) -> int:
+    """2d^2 (W_q, W_o) + 2 d (h_kv p) (W_k, W_v); 4d^2 for MHA."""
+    return 2 * d * d + 2 * d * (kv_heads * (d // heads))
+
+
+def kv_cache_bytes_per_token(d: int, heads: int, kv_heads: int, dtype_bytes: int) -> int:
+    """One key and one value vector of h_kv heads of width p (Exercise 8.2)."""
+    return 2 * kv_heads * (d // heads) * dtype_bytes
+
+
+def decoder_step_flops(d: int, m: int, heads: int = 1, kv_heads: int | None = None,
+                       cached: bool = True) -> int:
+    """FLOPs to generate one token that cross-attends to a fixed source of m tokens
+    (Exercise 7.2): with the projected source keys/values cached, or recomputed."""
+    kv_heads = heads if kv_heads is None else kv_heads
+    kv_width = kv_heads * (d // heads)
+    flops = 4 * d * d + 4 * m * d  # q and o projections of the new token; scores + mixing
+    if not cached:
+        flops += 2 * 2 * m * d * kv_width
+    return flops
+
+
+def cost(config: AttentionConfig) -> Cost:
+    """The model's terms for ``config`` (forward, train = 3x forward, or decode)."""
+    b, n, m, d, h = config.batch, config.n, config.m, config.d, config.heads
+    kv_width = config.kv_heads * config.head_dim
+    proj_qo = 2 * n * d * d + 2 * n * d * d
+    # decode: the keys/values are already projected and cached.
+    proj_kv = 0 if config.mode == "decode" else 2 * 2 * m * d * kv_width
+    attention = 2 * n * m * d + 2 * n * m * d
+    elementwise = ELEMENTWISE_OPS * h * n * m
+    factor = TRAIN_FACTOR if config.mode == "train" else 1
+    map_elements = b * h * n * m
+    nbytes = DTYPE_BYTES[config.dtype]
+    materialised = map_elements * nbytes if _MATERIALISES_MAP[config.framework, config.backend] else 0
+    activations = b * (2 * n * d + 2 * m * kv_width + n * d + (m * d if config.cross else 0))
+    # Scores, masked scores and probabilities can be alive together in eager backends.
+    peak = (3 * materialised + activations * nbytes + params(d, h, config.kv_heads) * nbytes)
+    if config.mode == "train":
+        peak *= 2  # saved activations plus gradients
+    return Cost(
+        flops_projections=factor * b * (proj_qo + proj_kv),
+        flops_attention=factor * b * attention,
+        flops_elementwise=factor * b * elementwise,
+        flops_model=factor * b * (proj_qo + proj_kv + attention),
+        params=params(d, h, config.kv_heads),
+        attention_map_elements=map_elements,
+        attention_map_bytes=materialised,
+        kv_cache_bytes_per_token=kv_cache_bytes_per_token(d, h, config.kv_heads, nbytes),
+        peak_bytes_estimate=peak,
+    )

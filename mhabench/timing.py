@@ -1,0 +1,146 @@
+"""The one way mhabench times a config, shared by the asv benchmarks and the CLI.
+
+:func:`prepare` builds the model and inputs, compiles (JAX) and warms up, and returns a
+step that synchronises with the device before returning; it is cached per process, so
+asv's per-sample ``setup`` stays cheap and no compile time leaks into a timing.
+:func:`measure` times that same step with ``perf_counter`` and returns a
+:class:`Measurement` (median and quartiles of several repeats).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mhabench.config import AttentionConfig, UnavailableError, check_available
+from mhabench.cost import cost
+
+DEFAULT_THREADS = 1  # the stable regression baseline on shared 2-core machines
+DEFAULT_BUDGET_GB = 16.0  # working-set budget, sized for a 24 GiB machine
+
+
+def threads_from_env() -> int:
+    raw = os.environ.get("MHABENCH_THREADS", str(DEFAULT_THREADS))
+    try:
+        threads = int(raw)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"MHABENCH_THREADS={raw!r} is not allowed; it must be a positive integer")
+    return threads
+
+
+def configure_threads(threads: int | None = None) -> int:
+    """Use ``threads`` CPU threads in torch and JAX; returns the count in force.
+
+    torch takes ``set_num_threads``. XLA:CPU sizes its thread pool from the process's CPU
+    affinity when JAX first touches a device, so the affinity is narrowed here; call this
+    before any JAX computation (asv benchmark modules do it at import).
+    """
+    threads = threads_from_env() if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads={threads} is not allowed; it must be a positive integer")
+    if hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        if threads < len(cpus):
+            os.sched_setaffinity(0, cpus[:threads])
+    try:
+        import torch
+    except ImportError:
+        return threads
+    torch.set_num_threads(threads)
+    return threads
+
+
+def budget_bytes() -> float:
+    raw = os.environ.get("MHABENCH_MEMORY_BUDGET_GB", str(DEFAULT_BUDGET_GB))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ValueError(f"MHABENCH_MEMORY_BUDGET_GB={raw!r} is not allowed; "
+                         "it must be a positive number of GiB")
+    return value * 2**30
+
+
+def check_runnable(config: AttentionConfig) -> None:
+    """Raise :class:`UnavailableError` if this machine cannot or should not run ``config``:
+    framework or device missing, or the cost model's working set over the budget."""
+    check_available(config)
+    need = cost(config).peak_bytes_estimate
+    if need > budget_bytes():
+        raise UnavailableError(
+            f"{config.id} needs about {need / 2**30:.1f} GiB by the cost model, over the "
+            f"budget of {budget_bytes() / 2**30:.1f} GiB (MHABENCH_MEMORY_BUDGET_GB)")
+
+
+@functools.lru_cache(maxsize=4)
+def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
+    """A warmed-up, compiled, synchronising step for ``config`` (cached per process)."""
+    check_runnable(config)
+    if config.framework == "torch":
+        from mhabench.torch_attention import make_step
+    else:
+        from mhabench.jax_attention import make_step
+    step = make_step(config)
+    for _ in range(warmup):
+        step()
+    return step
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Repeated timings of one config's step, in seconds."""
+
+    config: AttentionConfig
+    times_s: tuple[float, ...]
+    threads: int
+
+    @property
+    def repeats(self) -> int:
+        return len(self.times_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    def _quartiles(self) -> tuple[float, float]:
+        if len(self.times_s) < 2:
+            return self.times_s[0], self.times_s[0]
+        q = statistics.quantiles(self.times_s, n=4, method="inclusive")
+        return q[0], q[2]
+
+    @property
+    def q25_s(self) -> float:
+        return self._quartiles()[0]
+
+    @property
+    def q75_s(self) -> float:
+        return self._quartiles()[1]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "id": self.config.id,
+                "median_s": self.median_s, "q25_s": self.q25_s, "q75_s": self.q75_s,
+                "repeats": self.repeats, "threads": self.threads,
+                "times_s": list(self.times_s)}
+
+
+def measure(config: AttentionConfig, repeats: int = 7, warmup: int = 2,
+            threads: int | None = None) -> Measurement:
+    """Time ``repeats`` calls of the prepared step for ``config``."""
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} is not allowed; it must be at least 1")
+    used = configure_threads(threads)
+    step = prepare(config, warmup)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return Measurement(config, tuple(times), used)
