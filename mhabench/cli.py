@@ -13,8 +13,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mhabench.config import (BACKENDS, DEVICES, DTYPES, FRAMEWORKS, MODES, PRESETS,
-                             AttentionConfig, preset)
+from mhabench.config import (
+    BACKENDS,
+    DEVICES,
+    DTYPES,
+    FRAMEWORKS,
+    MODES,
+    PRESETS,
+    AttentionConfig,
+    preset,
+)
 
 
 class CLIError(Exception):
@@ -128,18 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_extension_commands(sub: Any) -> None:
     """Subcommands whose work lives in other modules (results, report, profiling)."""
-    try:
-        from mhabench.report import add_cli_commands as add_report_commands
-    except ImportError:  # module not present yet
-        pass
-    else:
-        add_report_commands(sub, add_config_args, config_from_args)
-    try:
-        from mhabench.profiling import add_cli_commands as add_profile_commands
-    except ImportError:
-        pass
-    else:
-        add_profile_commands(sub, add_config_args, configs_from_args)
+    import importlib
+
+    for name in ("mhabench.report_cli", "mhabench.profiling_cli"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a real missing dependency: let it show
+                raise
+            continue
+        module.add_cli_commands(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -83,7 +83,8 @@ class AttentionConfig:
             _positive_int(name, getattr(self, name))
         for name in ("cross", "masked"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; use True or False")
+                value = getattr(self, name)
+                raise ValueError(f"{name}={value!r} is not allowed; use True or False")
         if self.d % self.heads:
             divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
             shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")

@@ -96,7 +96,8 @@ def cost(config: AttentionConfig) -> Cost:
     factor = TRAIN_FACTOR if config.mode == "train" else 1
     map_elements = b * h * n * m
     nbytes = DTYPE_BYTES[config.dtype]
-    materialised = map_elements * nbytes if _MATERIALISES_MAP[config.framework, config.backend] else 0
+    materialises = _MATERIALISES_MAP[config.framework, config.backend]
+    materialised = map_elements * nbytes if materialises else 0
     activations = b * (2 * n * d + 2 * m * kv_width + n * d + (m * d if config.cross else 0))
     # Scores, masked scores and probabilities can be alive together in eager backends.
     peak = (3 * materialised + activations * nbytes + params(d, h, config.kv_heads) * nbytes)

@@ -20,6 +20,11 @@ from flax import nnx
 from mhabench.config import AttentionConfig
 from mhabench.inputs import init_weights, make_inputs
 
+# Named scopes (never nested) label the regions in traces and in the compiled HLO's
+# op_name metadata; XLA may still fuse neighbouring regions into one kernel.
+REGIONS = ("projections", "scores", "softmax", "mixing", "output", "attention")
+region = jax.named_scope
+
 MASK_VALUE = -1e6  # as in the chapter's masked_softmax: masked rows stay finite
 
 
@@ -34,7 +39,8 @@ def masked_softmax(scores: jax.Array, valid_lens: jax.Array | None) -> jax.Array
 
 def key_mask(valid_lens: jax.Array, m: int) -> jax.Array:
     """Boolean mask (b, 1, n or 1, m), True where a query may attend."""
-    lens = valid_lens[:, None, None, None] if valid_lens.ndim == 1 else valid_lens[:, None, :, None]
+    one_per_row = valid_lens.ndim == 1
+    lens = valid_lens[:, None, None, None] if one_per_row else valid_lens[:, None, :, None]
     return jnp.arange(m)[None, None, None, :] < lens
 
 
@@ -68,14 +74,15 @@ class MultiHeadAttention(nnx.Module):
     def project_kv(self, keys: jax.Array, values: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Projected keys and values, each (b, m, h_kv, p): what a KV cache stores."""
         b, m = keys.shape[:2]
-        if self.backend == "loop":
-            cols = [slice(j * self.p, (j + 1) * self.p) for j in range(self.kv_heads)]
-            k = jnp.stack([keys @ self.W_k.kernel[...][:, c] for c in cols], axis=2)
-            v = jnp.stack([values @ self.W_v.kernel[...][:, c] for c in cols], axis=2)
-            return k, v
-        # (b, m, h_kv * p) -> (b, m, h_kv, p)
-        return (self.W_k(keys).reshape(b, m, self.kv_heads, self.p),
-                self.W_v(values).reshape(b, m, self.kv_heads, self.p))
+        with region("projections"):
+            if self.backend == "loop":
+                cols = [slice(j * self.p, (j + 1) * self.p) for j in range(self.kv_heads)]
+                k = jnp.stack([keys @ self.W_k.kernel[...][:, c] for c in cols], axis=2)
+                v = jnp.stack([values @ self.W_v.kernel[...][:, c] for c in cols], axis=2)
+                return k, v
+            # (b, m, h_kv * p) -> (b, m, h_kv, p)
+            return (self.W_k(keys).reshape(b, m, self.kv_heads, self.p),
+                    self.W_v(values).reshape(b, m, self.kv_heads, self.p))
 
     def attend(self, queries: jax.Array, k: jax.Array, v: jax.Array,
                valid_lens: jax.Array | None = None) -> jax.Array:
@@ -83,12 +90,16 @@ class MultiHeadAttention(nnx.Module):
         if self.backend == "loop":
             return self._attend_loop(queries, k, v, valid_lens)
         b, n = queries.shape[:2]
-        q = self.W_q(queries).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
+        with region("projections"):
+            q = self.W_q(queries).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
         if self.backend == "fused":
             mask = None if valid_lens is None else key_mask(valid_lens, k.shape[1])
-            out = jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+            with region("attention"):
+                out = jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+        else:
+            out = self._attend_batched(q, k, v, valid_lens)
+        with region("output"):
             return self.W_o(out.reshape(b, n, self.d))
-        return self.W_o(self._attend_batched(q, k, v, valid_lens))
 
     def __call__(self, queries: jax.Array, keys: jax.Array, values: jax.Array,
                  valid_lens: jax.Array | None = None) -> jax.Array:
@@ -107,11 +118,14 @@ class MultiHeadAttention(nnx.Module):
         if valid_lens is not None:
             # Row i*h + j is head j of sequence i: repeat each length h times (not tile).
             valid_lens = jnp.repeat(valid_lens, h, axis=0)
-        scores = jnp.einsum("bnp,bmp->bnm", q, k) / math.sqrt(p)
-        weights = self.dropout(masked_softmax(scores, valid_lens))
-        out = jnp.einsum("bnm,bmp->bnp", weights, v)  # (b*h, n, p)
-        # (b*h, n, p) -> (b, h, n, p) -> (b, n, h, p) -> (b, n, d)
-        return out.reshape(b, h, n, p).transpose(0, 2, 1, 3).reshape(b, n, self.d)
+        with region("scores"):
+            scores = jnp.einsum("bnp,bmp->bnm", q, k) / math.sqrt(p)
+        with region("softmax"):
+            weights = self.dropout(masked_softmax(scores, valid_lens))
+        with region("mixing"):
+            out = jnp.einsum("bnm,bmp->bnp", weights, v)  # (b*h, n, p)
+        # (b*h, n, p) -> (b, h, n, p) -> (b, n, h, p); attend() flattens to (b, n, d)
+        return out.reshape(b, h, n, p).transpose(0, 2, 1, 3)
 
     def _attend_loop(self, queries, k, v, valid_lens):
         g = self.heads // self.kv_heads
@@ -119,12 +133,17 @@ class MultiHeadAttention(nnx.Module):
         out = None
         for i in range(self.heads):
             cols = slice(i * self.p, (i + 1) * self.p)
-            q_i = queries @ wq[:, cols]  # (b, n, p): head i's query features
-            scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, :, i // g]) / math.sqrt(self.p)
-            weights = self.dropout(masked_softmax(scores, valid_lens))
-            head = jnp.einsum("bnm,bmp->bnp", weights, v[:, :, i // g])
-            part = head @ wo[cols, :]  # head i enters W_o through rows i*p ... (i+1)*p - 1
-            out = part if out is None else out + part
+            with region("projections"):
+                q_i = queries @ wq[:, cols]  # (b, n, p): head i's query features
+            with region("scores"):
+                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, :, i // g]) / math.sqrt(self.p)
+            with region("softmax"):
+                weights = self.dropout(masked_softmax(scores, valid_lens))
+            with region("mixing"):
+                head = jnp.einsum("bnm,bmp->bnp", weights, v[:, :, i // g])
+            with region("output"):
+                part = head @ wo[cols, :]  # head i enters W_o through rows i*p ... (i+1)*p - 1
+                out = part if out is None else out + part
         return out
 
 

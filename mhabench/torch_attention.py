@@ -16,9 +16,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
 
 from mhabench.config import AttentionConfig
 from mhabench.inputs import init_weights, make_inputs
+
+# Profiler regions (record_function labels, never nested, so their times add up):
+# projections, scores, softmax (scale is in scores; mask and dropout in softmax), mixing,
+# output; the fused kernel is one region, "attention" (scores + softmax + mixing).
+REGIONS = ("projections", "scores", "softmax", "mixing", "output", "attention")
+
+
+def region(name: str) -> record_function:
+    return record_function(name)
+
 
 # d2l's masked_softmax fills masked scores with -1e6 (not -inf), so a row with no valid
 # key becomes uniform rather than NaN.
@@ -41,7 +52,8 @@ def masked_softmax(scores: torch.Tensor, valid_lens: torch.Tensor | None) -> tor
 
 def key_mask(valid_lens: torch.Tensor, n: int, m: int) -> torch.Tensor:
     """Boolean mask (b, 1, n or 1, m), True where a query may attend (SDPA convention)."""
-    lens = valid_lens[:, None, None, None] if valid_lens.dim() == 1 else valid_lens[:, None, :, None]
+    one_per_row = valid_lens.dim() == 1
+    lens = valid_lens[:, None, None, None] if one_per_row else valid_lens[:, None, :, None]
     return torch.arange(m, device=valid_lens.device)[None, None, None, :] < lens
 
 
@@ -79,26 +91,31 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Projected keys and values, each (b, h_kv, m, p): what a KV cache stores."""
-        if self.backend == "loop":
-            # One key/value head at a time through the sliced projections.
-            ks, vs = [], []
-            for j in range(self.kv_heads):
-                rows = slice(j * self.p, (j + 1) * self.p)
-                ks.append(keys @ self.W_k.weight[rows].T)  # (b, m, p)
-                vs.append(values @ self.W_v.weight[rows].T)
-            return torch.stack(ks, dim=1), torch.stack(vs, dim=1)
-        return self.split_heads(self.W_k(keys), self.kv_heads), \
-            self.split_heads(self.W_v(values), self.kv_heads)
+        with region("projections"):
+            if self.backend == "loop":
+                # One key/value head at a time through the sliced projections.
+                ks, vs = [], []
+                for j in range(self.kv_heads):
+                    rows = slice(j * self.p, (j + 1) * self.p)
+                    ks.append(keys @ self.W_k.weight[rows].T)  # (b, m, p)
+                    vs.append(values @ self.W_v.weight[rows].T)
+                return torch.stack(ks, dim=1), torch.stack(vs, dim=1)
+            return self.split_heads(self.W_k(keys), self.kv_heads), \
+                self.split_heads(self.W_v(values), self.kv_heads)
 
     def attend(self, queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Output (b, n, d) of queries (b, n, d) over projected k, v (b, h_kv, m, p)."""
         if self.backend == "loop":
             return self._attend_loop(queries, k, v, valid_lens)
-        q = self.split_heads(self.W_q(queries), self.heads)  # (b, h, n, p)
+        with region("projections"):
+            q = self.split_heads(self.W_q(queries), self.heads)  # (b, h, n, p)
         if self.backend == "fused":
-            return self.W_o(self.merge_heads(self._sdpa(q, k, v, valid_lens)))
-        return self.W_o(self._attend_batched(q, k, v, valid_lens))
+            out = self._sdpa(q, k, v, valid_lens)
+        else:
+            out = self._attend_batched(q, k, v, valid_lens)
+        with region("output"):
+            return self.W_o(self.merge_heads(out))
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,7 +126,7 @@ class MultiHeadAttention(nn.Module):
 
     # ----- backends ---------------------------------------------------------------------
     def _attend_batched(self, q, k, v, valid_lens):
-        b, n, m, h = q.shape[0], q.shape[2], k.shape[2], self.heads
+        b, n, h = q.shape[0], q.shape[2], self.heads
         g = h // self.kv_heads
         # Each key/value head serves g consecutive query heads: (b, h_kv, m, p) -> (b, h, m, p)
         if g > 1:
@@ -119,43 +136,53 @@ class MultiHeadAttention(nn.Module):
         if valid_lens is not None:
             # Row i*h + j is head j of sequence i: repeat each length h times (not tile).
             valid_lens = torch.repeat_interleave(valid_lens, repeats=h, dim=0)
-        scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.p)  # (b*h, n, m)
-        weights = self.dropout(masked_softmax(scores, valid_lens))
-        out = torch.bmm(weights, v)  # (b*h, n, p)
-        # (b*h, n, p) -> (b, h, n, p) -> (b, n, d)
-        return self.merge_heads(out.reshape(b, h, n, self.p))
+        with region("scores"):
+            scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.p)  # (b*h, n, m)
+        with region("softmax"):
+            weights = self.dropout(masked_softmax(scores, valid_lens))
+        with region("mixing"):
+            out = torch.bmm(weights, v)  # (b*h, n, p)
+        return out.reshape(b, h, n, self.p)
 
     def _attend_loop(self, queries, k, v, valid_lens):
         g = self.heads // self.kv_heads
         out = None
         for i in range(self.heads):
             cols = slice(i * self.p, (i + 1) * self.p)
-            q_i = queries @ self.W_q.weight[cols].T  # (b, n, p): head i's query features
-            scores = torch.bmm(q_i, k[:, i // g].transpose(1, 2)) / math.sqrt(self.p)
-            weights = self.dropout(masked_softmax(scores, valid_lens))  # (b, n, m)
-            head = torch.bmm(weights, v[:, i // g])  # (b, n, p)
-            # Head i's output enters W_o through input features i*p ... (i+1)*p - 1.
-            part = head @ self.W_o.weight[:, cols].T  # (b, n, d)
-            out = part if out is None else out + part
+            with region("projections"):
+                q_i = queries @ self.W_q.weight[cols].T  # (b, n, p): head i's query features
+            with region("scores"):
+                scores = torch.bmm(q_i, k[:, i // g].transpose(1, 2)) / math.sqrt(self.p)
+            with region("softmax"):
+                weights = self.dropout(masked_softmax(scores, valid_lens))  # (b, n, m)
+            with region("mixing"):
+                head = torch.bmm(weights, v[:, i // g])  # (b, n, p)
+            with region("output"):
+                # Head i's output enters W_o through input features i*p ... (i+1)*p - 1.
+                part = head @ self.W_o.weight[:, cols].T  # (b, n, d)
+                out = part if out is None else out + part
         return out
 
     def _sdpa(self, q, k, v, valid_lens):
         # 4-D (b, h, n, p) inputs: on CPU this reaches the flash kernel; 3-D input would
         # silently take the slow math path.
         mask = None if valid_lens is None else key_mask(valid_lens, q.shape[2], k.shape[2])
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0,
-            enable_gqa=self.kv_heads != self.heads)
+        with region("attention"):
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0,
+                enable_gqa=self.kv_heads != self.heads)
 
     def _fused_self_attention(self, x, valid_lens):
         # One matmul for Q, K and V when one tensor feeds all three (as torch's own
         # MultiheadAttention fast path does).
-        w = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
-        kv_width = self.kv_heads * self.p
-        q, k, v = F.linear(x, w).split([self.d, kv_width, kv_width], dim=-1)
+        with region("projections"):
+            w = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
+            kv_width = self.kv_heads * self.p
+            q, k, v = F.linear(x, w).split([self.d, kv_width, kv_width], dim=-1)
         out = self._sdpa(self.split_heads(q, self.heads), self.split_heads(k, self.kv_heads),
                          self.split_heads(v, self.kv_heads), valid_lens)
-        return self.W_o(self.merge_heads(out))
+        with region("output"):
+            return self.W_o(self.merge_heads(out))
 
 
 class ReferenceAttention(nn.Module):
