@@ -7,7 +7,7 @@ width d, h query heads of width p = d/h and h_kv key/value heads:
 query and output projections           2nd^2 + 2nd^2
 key and value projections              2 * 2 m d (h_kv p)
 scores Q K^T and mixing A V            2nmd + 2nmd
-elementwise on the map (scale, mask,   c * h n m   (c = ELEMENTWISE_OPS)
+elementwise on the map (scale, mask,   c * h n m   (c = 5; 6 masked)
 softmax): the part that grows with h
 =====================================  ===============================
 
@@ -22,9 +22,11 @@ from dataclasses import asdict, dataclass
 
 from mhabench.config import DTYPE_BYTES, AttentionConfig
 
-# Elementwise passes over each attention-map element in a forward pass: scale, mask,
-# max-subtract, exp, normalise. XLA's cost_analysis counts about this many.
+# Elementwise passes over each attention-map element in a forward pass: scale,
+# max-subtract, exp, sum, normalise; masking adds one select. XLA's cost_analysis counts
+# the same (within 1 %).
 ELEMENTWISE_OPS = 5
+MASK_OPS = 1
 # A training step's backward costs about twice the forward matmul work.
 TRAIN_FACTOR = 3
 # Backends that write the (batch, h, n, m) attention map to memory. Fused kernels
@@ -92,7 +94,7 @@ def cost(config: AttentionConfig) -> Cost:
     # decode: the keys/values are already projected and cached.
     proj_kv = 0 if config.mode == "decode" else 2 * 2 * m * d * kv_width
     attention = 2 * n * m * d + 2 * n * m * d
-    elementwise = ELEMENTWISE_OPS * h * n * m
+    elementwise = (ELEMENTWISE_OPS + (MASK_OPS if config.masked else 0)) * h * n * m
     factor = TRAIN_FACTOR if config.mode == "train" else 1
     map_elements = b * h * n * m
     nbytes = DTYPE_BYTES[config.dtype]

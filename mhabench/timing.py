@@ -22,6 +22,8 @@ from mhabench.cost import cost
 
 DEFAULT_THREADS = 1  # the stable regression baseline on shared 2-core machines
 DEFAULT_BUDGET_GB = 16.0  # working-set budget, sized for a 24 GiB machine
+# The CPUs this process may use when mhabench was imported (widening back is allowed).
+_START_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
 def threads_from_env() -> int:
@@ -45,10 +47,8 @@ def configure_threads(threads: int | None = None) -> int:
     threads = threads_from_env() if threads is None else threads
     if threads < 1:
         raise ValueError(f"threads={threads} is not allowed; it must be a positive integer")
-    if hasattr(os, "sched_setaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-        if threads < len(cpus):
-            os.sched_setaffinity(0, cpus[:threads])
+    if _START_CPUS:
+        os.sched_setaffinity(0, _START_CPUS[:threads])
     try:
         import torch
     except ImportError:

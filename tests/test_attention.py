@@ -1,0 +1,241 @@
+"""Numerics of the attention implementations: every backend of both frameworks agrees with
+every other and with the frameworks' own layers, and the chapter's semantics hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import requires_cuda, run_forward
+
+from mhabench.config import AttentionConfig
+from mhabench.inputs import init_weights, make_inputs
+
+# float32 through different summation orders: outputs are O(1), so 1e-4 absolute is tight.
+ATOL = 1e-4
+IMPLS = [(fw, be) for fw in ("torch", "jax") for be in ("loop", "batched", "fused", "reference")]
+VARIANTS = {
+    "self": {},
+    "cross": {"cross": True, "m": 11},
+    "masked": {"masked": True},
+    "cross-masked": {"cross": True, "m": 13, "masked": True},
+    "gqa": {"kv_heads": 2, "masked": True},
+    "mqa": {"kv_heads": 1, "cross": True, "m": 9},
+}
+
+
+def small(**kw) -> AttentionConfig:
+    return AttentionConfig(**{"batch": 3, "n": 7, "d": 24, "heads": 4, **kw})
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_all_backends_agree(variant):
+    base = small(**VARIANTS[variant])
+    weights, x = init_weights(base), make_inputs(base)
+    expected = run_forward(base, weights, x["queries"], x["keys"], x["values"], x["valid_lens"])
+    checked = 0
+    for framework, backend in IMPLS:
+        if backend == "reference" and base.kv_heads != base.heads:
+            continue  # the frameworks' own layers are MHA only (config refuses)
+        config = base.replace(framework=framework, backend=backend)
+        out = run_forward(config, weights, x["queries"], x["keys"], x["values"], x["valid_lens"])
+        assert out.shape == (base.batch, base.n, base.d)
+        np.testing.assert_allclose(out, expected, atol=ATOL, err_msg=config.id)
+        checked += 1
+    assert checked >= 6
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["loop", "batched", "fused", "reference"])
+def test_per_query_valid_lens(framework, backend):
+    """valid_lens of shape (batch, n): one length per query."""
+    config = small(framework=framework, backend=backend, cross=True, m=10)
+    weights, x = init_weights(config), make_inputs(config)
+    lens = np.random.default_rng(3).integers(1, 11, size=(config.batch, config.n)).astype(np.int32)
+    out = run_forward(config, weights, x["queries"], x["keys"], x["values"], lens)
+    # Query i of sequence b must see only keys < lens[b, i]: cut the source and compare.
+    for b in range(config.batch):
+        for i in (0, config.n - 1):
+            one = config.replace(batch=1, n=1, m=int(lens[b, i]))
+            ref = run_forward(one, weights, x["queries"][b:b + 1, i:i + 1],
+                              x["keys"][b:b + 1, :lens[b, i]], x["values"][b:b + 1, :lens[b, i]])
+            np.testing.assert_allclose(out[b, i], ref[0, 0], atol=ATOL)
+
+
+def _per_sequence_mismatch(config) -> float:
+    """Largest difference between a masked batch and each sequence run alone (batch 1)."""
+    weights, x = init_weights(config), make_inputs(config)
+    lens = np.array([1, config.m], dtype=np.int32)  # very different lengths per sequence
+    out = run_forward(config, weights, x["queries"], x["keys"], x["values"], lens)
+    worst = 0.0
+    for b in range(config.batch):
+        alone = run_forward(config.replace(batch=1), weights, x["queries"][b:b + 1],
+                            x["keys"][b:b + 1], x["values"][b:b + 1], lens[b:b + 1])
+        worst = max(worst, float(np.abs(out[b] - alone[0]).max()))
+    return worst
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_valid_lens_repeated_per_head_not_tiled(framework, monkeypatch):
+    """Exercise 9.2: each head of sequence b must get sequence b's length."""
+    config = small(framework=framework, backend="batched", batch=2, cross=True, m=12)
+    assert _per_sequence_mismatch(config) < ATOL
+    # The same check catches the tiling bug: swap repeat for tile and it must fail.
+    if framework == "torch":
+        import torch
+
+        monkeypatch.setattr(torch, "repeat_interleave",
+                            lambda x, repeats, dim=0: x.repeat(repeats))
+    else:
+        import jax.numpy as jnp
+
+        monkeypatch.setattr(jnp, "repeat", lambda x, r, axis=0: jnp.tile(x, r))
+    assert _per_sequence_mismatch(config) > 1e-2
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["loop", "batched", "fused"])
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_heads_equal_mha_with_shared_kv_weights(framework, backend, kv_heads):
+    """GQA/MQA == MHA whose query heads in one group have identical K/V weights: key/value
+    head j serves the consecutive query heads j*g ... (j+1)*g - 1."""
+    gqa = small(framework=framework, backend=backend, kv_heads=kv_heads, masked=True)
+    mha = gqa.replace(kv_heads=gqa.heads)
+    w = init_weights(gqa)
+    p, g = gqa.head_dim, gqa.group_size
+    expanded = dict(w)
+    for name in ("W_k", "W_v"):
+        heads = w[name].reshape(kv_heads, p, gqa.d)  # (h_kv, p, d)
+        expanded[name] = np.repeat(heads, g, axis=0).reshape(gqa.heads * p, gqa.d)
+    x = make_inputs(gqa)
+    args = (x["queries"], x["keys"], x["values"], x["valid_lens"])
+    np.testing.assert_allclose(run_forward(gqa, w, *args), run_forward(mha, expanded, *args),
+                               atol=ATOL)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_mqa_has_one_kv_head(framework):
+    config = small(framework=framework, kv_heads=1)
+    w = init_weights(config)
+    assert w["W_k"].shape == w["W_v"].shape == (config.head_dim, config.d)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["batched", "fused"])
+def test_cross_attention_permutations(framework, backend):
+    """Exercise 10.1: output has the query length; permuting keys and values together
+    leaves it unchanged, permuting the keys alone does not."""
+    config = small(framework=framework, backend=backend, cross=True, n=5, m=9)
+    w, x = init_weights(config), make_inputs(config)
+    q, src = x["queries"], x["keys"]
+    perm = np.random.default_rng(0).permutation(config.m)
+    out = run_forward(config, w, q, src, src)
+    assert out.shape == (config.batch, 5, config.d)
+    np.testing.assert_allclose(run_forward(config, w, q, src[:, perm], src[:, perm]), out,
+                               atol=ATOL)
+    keys_only = run_forward(config, w, q, src[:, perm], src)
+    assert np.abs(keys_only - out).max() > 1e-2
+
+
+def _copy_both_error(framework: str, heads: int, weights_per_head) -> float:
+    """The chapter's copy-both task through MultiHeadAttention: two source positions with
+    position-only keys, one query; best linear readout of [v1; v2] from the output."""
+    c, d, n_examples = 8, 20, 4000
+    config = AttentionConfig(framework=framework, backend="batched", batch=n_examples, n=1,
+                             m=2, d=d, heads=heads, cross=True)
+    p = d // heads
+    rng = np.random.default_rng(0)
+    v1, v2 = rng.standard_normal((n_examples, c)), rng.standard_normal((n_examples, c))
+    src = np.zeros((n_examples, 2, d), np.float32)
+    src[:, 0, :c], src[:, 1, :c] = v1, v2
+    src[:, 0, c], src[:, 1, c + 1] = 1.0, 1.0  # position markers
+    query = np.zeros((n_examples, 1, d), np.float32)
+    query[:, 0, c + 2] = 1.0
+    w = {name: np.zeros((d, d), np.float32) for name in ("W_q", "W_k", "W_v")}
+    w["W_o"] = np.eye(d, dtype=np.float32)
+    for i, (a1, a2) in enumerate(weights_per_head):
+        w["W_q"][i * p, c + 2] = np.sqrt(p)  # q . k / sqrt(p) = the logit below
+        w["W_k"][i * p, c], w["W_k"][i * p, c + 1] = np.log(a1), np.log(a2)
+        w["W_v"][i * p:i * p + c, :c] = np.eye(c)  # each head moves the content
+    out = run_forward(config, w, query, src, src)[:, 0]  # (N, d)
+    target = np.concatenate([v1, v2], axis=1)
+    readout = np.linalg.lstsq(out, target, rcond=None)[0]
+    return float(np.linalg.norm(out @ readout - target) / np.linalg.norm(target))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_copy_both_one_head_loses_half_two_heads_recover(framework):
+    for a in (0.5, 0.7, 0.9):
+        assert _copy_both_error(framework, 1, [(a, 1 - a)]) == pytest.approx(0.5 ** 0.5,
+                                                                             abs=0.02)
+    two = _copy_both_error(framework, 2, [(0.88, 0.12), (0.12, 0.88)])
+    assert two < 1e-3
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["loop", "batched", "fused"])
+def test_decode_step_equals_forward_over_same_source(framework, backend):
+    """mode=decode (cached projected K/V) computes what cross-attention recomputes."""
+    from mhabench.timing import prepare
+
+    dec = small(framework=framework, backend=backend, mode="decode", n=1, m=10, kv_heads=2)
+    fwd = dec.replace(mode="forward", cross=True)
+    a, b = prepare(dec)(), prepare(fwd)()
+    to_np = (lambda t: t.double().numpy()) if framework == "torch" else np.asarray
+    np.testing.assert_allclose(to_np(a), to_np(b), atol=ATOL)
+
+
+def test_train_gradients_agree_across_backends_and_frameworks():
+    import jax
+    import torch
+    from flax import nnx
+
+    from mhabench.jax_attention import make_step as jax_step
+    from mhabench.torch_attention import build_model
+
+    base = small(mode="train", masked=True, kv_heads=2)
+    grads = {}
+    for backend in ("loop", "batched", "fused"):
+        config = base.replace(backend=backend)
+        model = build_model(config)
+        x = make_inputs(config)
+        q = torch.from_numpy(x["queries"])
+        model(q, q, q, torch.from_numpy(x["valid_lens"])).sum().backward()
+        grads[backend] = model.W_q.weight.grad.numpy()
+        jgrads = jax_step(config.replace(framework="jax"))()  # nnx.State of parameter grads
+        jq = np.asarray(jax.tree.leaves(nnx.to_pure_dict(jgrads)["W_q"])[0]).T
+        np.testing.assert_allclose(jq, grads[backend], atol=1e-4)
+    np.testing.assert_allclose(grads["loop"], grads["batched"], atol=1e-4)
+    np.testing.assert_allclose(grads["fused"], grads["batched"], atol=1e-4)
+
+
+def test_torch_fused_runs_cpu_flash_kernel():
+    """4-D inputs reach the flash kernel on CPU, not the slow math fallback."""
+    import torch
+
+    from mhabench.torch_attention import make_step
+
+    for masked in (False, True):
+        step = make_step(small(backend="fused", masked=masked, n=64))
+        with torch.profiler.profile() as prof:
+            step()
+        names = {e.key for e in prof.key_averages()}
+        assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names, names
+        assert not any("math" in name for name in names), names
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["loop", "batched", "fused", "reference"])
+def test_cuda_matches_cpu(framework, backend):
+    from mhabench.config import UnavailableError, check_available
+
+    config = small(framework=framework, backend=backend, masked=True, device="cuda")
+    try:
+        check_available(config)
+    except UnavailableError as exc:  # e.g. torch sees the GPU but this jax is CPU-only
+        pytest.skip(str(exc))
+    w, x = init_weights(config), make_inputs(config)
+    args = (x["queries"], x["keys"], x["values"], x["valid_lens"])
+    np.testing.assert_allclose(run_forward(config, w, *args),
+                               run_forward(config.replace(device="cpu"), w, *args), atol=1e-3)
