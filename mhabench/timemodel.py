@@ -1,0 +1,249 @@
+"""A calibrated time model: measured time as a non-negative sum of cost-model terms.
+
+For one machine x framework x backend x device x dtype, a config's time is modelled as
+
+    t = c_flops * flops_model + c_map * map_elements + c_heads * heads + c_const
+
+``flops_model`` is the chapter's FLOP count, ``map_elements`` the ``batch * h * n * m``
+attention-map elements each step writes and reads, ``heads`` a fixed cost per head
+(dispatch, kernel launches, small-matrix inefficiency); a training step multiplies the
+map and head terms by the cost model's ``TRAIN_FACTOR`` as it does the FLOPs. The
+coefficients are fitted by non-negative least squares on *relative* residuals (each row
+divided by its measured time), so a 2 ms cell counts as much as a 2 s one. The same
+model splits a head sweep's time into its terms (:func:`decompose`), and
+:func:`leave_out` measures its accuracy on cells left out of the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mhabench.config import AttentionConfig
+from mhabench.cost import TRAIN_FACTOR, cost
+
+FEATURES = ("flops", "map", "heads", "const")
+FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
+                  "heads": "per-head fixed cost", "const": "fixed per call"}
+GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
+FOLDS = 5
+
+
+def nnls(A: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+    """min ||A x - b||_2 subject to x >= 0 (Lawson and Hanson's active-set method).
+
+    Columns are scaled to unit norm first: the features differ by ten orders of
+    magnitude (FLOPs vs a constant), which would otherwise swamp the tolerances.
+    """
+    A = np.asarray(A, dtype=float)
+    b = np.asarray(b, dtype=float)
+    norms = np.linalg.norm(A, axis=0)
+    norms[norms == 0] = 1.0
+    A = A / norms
+    n = A.shape[1]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * max(A.shape) * max(1.0, np.abs(A).sum(axis=0).max())
+    for _ in range(max_iter or 3 * n + 10):
+        w = A.T @ (b - A @ x)
+        if passive.all() or w[~passive].max() <= tol:
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            s = np.zeros(n)
+            s[passive] = np.linalg.lstsq(A[:, passive], b, rcond=None)[0]
+            if s[passive].min() > tol:
+                break
+            # Step back towards the old x until a passive coefficient reaches zero.
+            shrink = passive & (s <= tol)
+            alpha = np.min(x[shrink] / (x[shrink] - s[shrink]))
+            x = x + alpha * (s - x)
+            passive &= x > tol
+        x = s
+    return x / norms
+
+
+def feature_values(config: AttentionConfig) -> dict[str, float]:
+    """The model's features for one config (see the module docstring)."""
+    terms = cost(config)
+    factor = TRAIN_FACTOR if config.mode == "train" else 1
+    return {"flops": float(terms.flops_model),
+            "map": float(terms.attention_map_elements * factor),
+            "heads": float(config.heads * factor), "const": 1.0}
+
+
+def _config(row: Mapping[str, Any]) -> AttentionConfig:
+    fields = ("framework", "backend", "batch", "n", "m", "d", "heads", "kv_heads", "cross",
+              "masked", "dropout", "dtype", "device", "mode")
+    values = {k: row[k] for k in fields}
+    for k in ("batch", "n", "m", "d", "heads", "kv_heads"):
+        values[k] = int(values[k])
+    values["dropout"] = float(values["dropout"])
+    values["cross"], values["masked"] = bool(values["cross"]), bool(values["masked"])
+    return AttentionConfig(**values)
+
+
+def feature_matrix(cells: pd.DataFrame) -> np.ndarray:
+    """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
+    rows = [feature_values(_config(r)) for r in cells.to_dict("records")]
+    return np.array([[r[f] for f in FEATURES] for r in rows], dtype=float).reshape(-1, 4)
+
+
+def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
+    total = float(np.sum((measured - measured.mean()) ** 2))
+    if total == 0:
+        return float("nan")
+    return 1.0 - float(np.sum((measured - predicted) ** 2)) / total
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Fitted coefficients (seconds per unit of each feature) for one group of cells."""
+
+    key: tuple[str, ...]  # values of GROUP_KEY
+    coef: dict[str, float]
+    cells: int
+    r2: float
+    median_rel_error: float  # in-sample
+    separable: bool  # map and per-head terms distinguishable (several batch*n*m)
+
+    def terms(self, config: AttentionConfig) -> dict[str, float]:
+        values = feature_values(config)
+        return {f: self.coef[f] * values[f] for f in FEATURES}
+
+    def predict(self, config: AttentionConfig) -> float:
+        return sum(self.terms(config).values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dict(zip(GROUP_KEY, self.key, strict=True)), "cells": self.cells, "r2": self.r2,
+                "median_rel_error": self.median_rel_error, "separable": self.separable,
+                **{f"coef_{f}": self.coef[f] for f in FEATURES}}
+
+
+def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows a time model is fitted on: time_ benchmarks of attention configs, one row
+    per (group, config) (several benchmarks timing one config are averaged)."""
+    cells = frame[(frame["kind"] == "time") & frame["config_id"].notna()]
+    if cells.empty:
+        return cells
+    keep = [*GROUP_KEY, "config_id"]
+    return cells.groupby(keep, as_index=False, sort=True).agg(
+        {**{c: "first" for c in cells.columns if c not in (*keep, "value")},
+         "value": "median"})
+
+
+def fit_cells(cells: pd.DataFrame, key: tuple[str, ...] = ()) -> TimeModel:
+    """Fit one :class:`TimeModel` to cells of one group (at least 2 cells)."""
+    if len(cells) < 2:
+        raise ValueError(f"{len(cells)} timed cell(s) for {'/'.join(key) or 'this group'}; "
+                         "a time model needs at least 2")
+    X = feature_matrix(cells)
+    t = cells["value"].to_numpy(dtype=float)
+    coef = nnls(X / t[:, None], np.ones(len(t)))
+    predicted = X @ coef
+    separable = len(np.unique(np.round(X[:, 1] / X[:, 2]))) > 1
+    return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), len(cells),
+                     r_squared(t, predicted), float(np.median(np.abs(predicted / t - 1))),
+                     separable)
+
+
+def fit_models(frame: pd.DataFrame) -> dict[tuple[str, ...], TimeModel]:
+    """One model per machine x framework x backend x device x dtype with >= 2 cells."""
+    cells = timing_cells(frame)
+    models = {}
+    for key, group in cells.groupby(list(GROUP_KEY), sort=True):
+        if len(group) >= 2:
+            models[tuple(map(str, key))] = fit_cells(group, tuple(map(str, key)))
+    return models
+
+
+def select_model(models: Mapping[tuple[str, ...], TimeModel], config: AttentionConfig,
+                 machine: str | None = None) -> TimeModel:
+    """The model that predicts ``config`` (on ``machine``, or the only machine there is);
+    a ValueError names what is missing and what is available."""
+    machines = sorted({k[0] for k in models})
+    if not machines:
+        raise ValueError("no time model could be fitted: the results hold no group with "
+                         "at least 2 timed attention cells")
+    if machine is None:
+        if len(machines) > 1:
+            raise ValueError(f"results hold several machines ({', '.join(machines)}); "
+                             "choose one with --machine")
+        machine = machines[0]
+    key = (machine, config.framework, config.backend, config.device, config.dtype)
+    if key not in models:
+        have = ", ".join("/".join(k[1:]) for k in sorted(models) if k[0] == machine)
+        raise ValueError(f"no time model for framework/backend/device/dtype "
+                         f"{'/'.join(key[1:])} on machine {machine!r}; fitted: {have or 'none'}")
+    return models[key]
+
+
+# ----- accuracy on left-out cells ---------------------------------------------------------
+def leave_out(frame: pd.DataFrame, folds: int = FOLDS) -> pd.DataFrame:
+    """K-fold leave-out per group: fit without every K-th cell, predict the left-out ones.
+
+    Also predicts them with the plain FLOP model at one rate (the training cells' median
+    FLOP/s), the baseline the calibrated model must beat. One row per predicted cell.
+    """
+    rows = []
+    for key, group in timing_cells(frame).groupby(list(GROUP_KEY), sort=True):
+        group = group.sort_values(["n", "d", "heads", "config_id"]).reset_index(drop=True)
+        k = min(folds, len(group))
+        if len(group) - -(-len(group) // k) < len(FEATURES):
+            continue  # too few cells to fit without a fold
+        fold = np.arange(len(group)) % k
+        for i in range(k):
+            train, test = group[fold != i], group[fold == i]
+            model = fit_cells(train, tuple(map(str, key)))
+            rate = float(np.median(train["flops_model"].astype(float) / train["value"]))
+            for r in test.to_dict("records"):
+                config = _config(r)
+                rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "config_id": r["config_id"],
+                             "heads": r["heads"], "measured_s": r["value"],
+                             "predicted_s": model.predict(config),
+                             "flop_rate_s": float(r["flops_model"]) / rate})
+    out = pd.DataFrame(rows, columns=[*GROUP_KEY, "config_id", "heads", "measured_s",
+                                      "predicted_s", "flop_rate_s"])
+    out["rel_error"] = (out["predicted_s"] / out["measured_s"] - 1).abs()
+    out["flop_rate_rel_error"] = (out["flop_rate_s"] / out["measured_s"] - 1).abs()
+    return out
+
+
+def error_summary(errors: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Median and worst relative error of both models, overall or per group."""
+    def summary(g: pd.DataFrame) -> pd.Series:
+        return pd.Series({"cells": len(g), "median_rel_error": g["rel_error"].median(),
+                          "worst_rel_error": g["rel_error"].max(),
+                          "flop_rate_median_rel_error": g["flop_rate_rel_error"].median(),
+                          "flop_rate_worst_rel_error": g["flop_rate_rel_error"].max()})
+    if errors.empty:
+        return pd.DataFrame(columns=[*by, "cells", "median_rel_error", "worst_rel_error",
+                                     "flop_rate_median_rel_error", "flop_rate_worst_rel_error"])
+    if not by:
+        return summary(errors).to_frame().T
+    return errors.groupby(list(by)).apply(summary, include_groups=False).reset_index()
+
+
+# ----- decomposition of a head sweep ------------------------------------------------------
+def decompose(model: TimeModel, sweep: pd.DataFrame) -> dict[str, Any]:
+    """Split a head sweep's times into the model's terms.
+
+    Returns the terms at each h, R^2 of the model on the sweep, and each term's share of
+    the h-trend: its change from the smallest to the largest h over the total change of
+    the model's time (FLOPs do not change with h at fixed d, so their share is ~0).
+    """
+    sweep = sweep.sort_values("heads")
+    configs = [_config(r) for r in sweep.to_dict("records")]
+    terms = pd.DataFrame([model.terms(c) for c in configs], index=sweep["heads"].to_numpy())
+    measured = sweep["value"].to_numpy(dtype=float)
+    predicted = terms.sum(axis=1).to_numpy()
+    change = terms.iloc[-1] - terms.iloc[0]
+    total = float(change.sum())
+    shares = {f: (float(change[f]) / total if total > 0 else float("nan")) for f in FEATURES}
+    return {"terms": terms, "measured": measured, "predicted": predicted,
+            "r2": r_squared(measured, predicted), "shares": shares,
+            "trend_measured_s": float(measured[-1] - measured[0]), "trend_model_s": total}

@@ -1,0 +1,166 @@
+"""Loading asv results: the real fixture, synthetic folders and damaged copies of both."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from fixtures.synthetic_asv import BENCH, write_results
+
+from mhabench.config import AttentionConfig
+from mhabench.cost import cost
+from mhabench.results import ResultsError, calibration_table, latest, load_results
+
+REAL = Path(__file__).parent / "fixtures" / "asv_results"
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(params=["real", "synthetic"])
+def results_dir(request, tmp_path: Path) -> Path:
+    """A writable copy of the real asv fixture, or a synthetic folder."""
+    target = tmp_path / "results"
+    if request.param == "real":
+        if not (REAL / "benchmarks.json").is_file():
+            pytest.skip("tests/fixtures/asv_results/ (the real asv run) is not committed yet")
+        shutil.copytree(REAL, target)
+    else:
+        write_results(target)
+    return target
+
+
+def result_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("*/*.json") if p.name != "machine.json")
+
+
+def add_second_commit(root: Path) -> Path:
+    """Copy the first results file as another commit, so one file can be damaged while
+    another still loads."""
+    first = result_files(root)[0]
+    data = json.loads(first.read_text())
+    data["commit_hash"] = "f" * 40
+    data["date"] = (data.get("date") or 0) + 1
+    second = first.with_name("ffffffff-" + first.name.split("-", 1)[1])
+    second.write_text(json.dumps(data))
+    return first
+
+
+def test_loads_one_row_per_cell_with_cost_terms(results_dir: Path) -> None:
+    before = snapshot(results_dir)
+    results = load_results(results_dir)
+    frame = results.frame
+    timed = frame[(frame["kind"] == "time") & frame["config_id"].notna()]
+    assert len(timed) > 0
+    for row in timed.head(20).to_dict("records"):
+        config = AttentionConfig.from_dict({k: row[k] for k in (
+            "framework", "backend", "batch", "n", "m", "d", "heads", "kv_heads", "cross",
+            "masked", "dropout", "dtype", "device", "mode")} | {
+            k: int(row[k]) for k in ("batch", "n", "m", "d", "heads", "kv_heads")})
+        assert row["config_id"] == config.id
+        assert row["flops_model"] == cost(config).flops_model
+        assert row["kv_cache_bytes_per_token"] == cost(config).kv_cache_bytes_per_token
+        assert row["value"] > 0 and math.isfinite(row["value"])
+    assert not timed.duplicated(["machine", "commit", "env_name", "benchmark", "cell"]).any()
+    assert snapshot(results_dir) == before  # nothing written into the results folder
+
+
+def test_synthetic_values_follow_product_order(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", time_of=lambda c, i: c.heads * 1e-3 + c.n * 1e-6)
+    frame = load_results(root).frame
+    timed = frame[frame["benchmark"] == BENCH]
+    assert (timed["value"] - (timed["heads"] * 1e-3 + timed["n"] * 1e-6)).abs().max() < 1e-12
+    assert (timed["q25"] < timed["value"]).all() and (timed["q75"] > timed["value"]).all()
+
+
+def test_truncated_file_warns_and_the_rest_loads(results_dir: Path) -> None:
+    damaged = add_second_commit(results_dir)
+    good = load_results(results_dir).frame
+    text = damaged.read_text()
+    damaged.write_text(text[: len(text) // 2])
+    results = load_results(results_dir)
+    assert any(damaged.name in w and "not readable JSON" in w for w in results.warnings)
+    assert 0 < len(results.frame) < len(good)
+    assert set(results.frame["commit"]) == {"f" * 40}
+
+
+def test_garbage_file_warns(results_dir: Path) -> None:
+    machine = result_files(results_dir)[0].parent
+    (machine / "garbage.json").write_bytes(b"\x00\xffnot json")
+    (machine / "list.json").write_text("[1, 2, 3]")
+    rows = len(load_results(results_dir).frame)
+    results = load_results(results_dir)
+    assert any("garbage.json" in w for w in results.warnings)
+    assert any("list.json" in w and "not an asv results file" in w for w in results.warnings)
+    assert len(results.frame) == rows
+
+
+def test_benchmark_missing_from_benchmarks_json_warns(results_dir: Path) -> None:
+    spec = json.loads((results_dir / "benchmarks.json").read_text())
+    full = load_results(results_dir).frame
+    removed = sorted(full["benchmark"].unique())[0]
+    del spec[removed]
+    (results_dir / "benchmarks.json").write_text(json.dumps(spec))
+    results = load_results(results_dir)
+    assert any(removed in w and "not in benchmarks.json" in w and ".json" in w.split(":")[0]
+               for w in results.warnings)
+    assert removed not in set(results.frame["benchmark"])
+    assert len(results.frame) == (full["benchmark"] != removed).sum()
+
+
+def test_nan_cells_warn_and_are_left_out(results_dir: Path) -> None:
+    path = result_files(results_dir)[0]
+    full = load_results(results_dir).frame
+    data = json.loads(path.read_text())
+    name = sorted(n for n in data["results"] if n in set(full["benchmark"]))[0]
+    values = data["results"][name][0]
+    finite = [i for i, v in enumerate(values) if isinstance(v, float) and math.isfinite(v)]
+    for i in finite[:2]:
+        values[i] = float("nan")
+    path.write_text(json.dumps(data))  # json writes NaN, as asv does
+    results = load_results(results_dir)
+    assert any(path.name in w and name in w and "no value" in w for w in results.warnings)
+    assert len(results.frame) == len(full) - len(finite[:2])
+
+
+def test_missing_and_empty_folders_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="does not exist"):
+        load_results(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultsError, match="benchmarks.json"):
+        load_results(tmp_path / "empty")
+    (tmp_path / "empty" / "benchmarks.json").write_text("{}")
+    with pytest.raises(ResultsError, match="no asv results files"):
+        load_results(tmp_path / "empty")
+
+
+def test_machine_filter(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", machine="alpha")
+    write_results(root, machine="beta")
+    assert set(load_results(root).frame["machine"]) == {"alpha", "beta"}
+    assert set(load_results(root, machine="beta").frame["machine"]) == {"beta"}
+    with pytest.raises(ResultsError, match="'gamma' is not in .*alpha, beta"):
+        load_results(root, machine="gamma")
+
+
+def test_latest_keeps_the_newest_commit(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", commits=["a" * 40, "b" * 40],
+                         time_of=lambda c, i: (1 + i) * 1e-3)
+    frame = load_results(root).frame
+    newest = latest(frame)
+    assert set(newest["commit"]) == {"b" * 40}
+    assert len(newest) == len(frame) / 2
+
+
+def test_calibration_peak(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", peak_gflops=123.0)
+    table = calibration_table(load_results(root).frame)
+    assert table[["machine", "framework", "device", "dtype"]].values.tolist() == [
+        ["synth", "torch", "cpu", "float32"]]
+    assert table["peak_gflops"].iloc[0] == pytest.approx(123.0)

@@ -1,0 +1,101 @@
+"""The calibrated time model: NNLS, recovery of known coefficients, leave-out accuracy,
+and the prediction path from fit to the CLI's JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
+
+from mhabench.cli import main
+from mhabench.config import AttentionConfig
+from mhabench.results import load_results
+from mhabench.timemodel import (
+    FEATURES,
+    error_summary,
+    fit_models,
+    leave_out,
+    nnls,
+    select_model,
+)
+
+KEY = ("synth", "torch", "batched", "cpu", "float32")
+
+
+def test_nnls_satisfies_kkt_where_plain_least_squares_goes_negative() -> None:
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(40, 4)) * [1e9, 1e3, 1.0, 1e-3]
+    b = A @ np.array([2e-9, -5e-3, 0.5, 0.0]) + 0.01 * rng.normal(size=40)
+    assert np.linalg.lstsq(A, b, rcond=None)[0].min() < 0
+    x = nnls(A, b)
+    grad = A.T @ (A @ x - b)
+    assert (x >= 0).all()
+    scale = np.linalg.norm(A, axis=0) * np.linalg.norm(b)
+    active = x == 0
+    assert active.any()
+    assert (grad[active] >= -1e-9 * scale[active]).all()  # no descent into the constraint
+    assert np.allclose(grad[~active] / scale[~active], 0, atol=1e-9)
+
+
+def test_nnls_exact_on_nonnegative_truth() -> None:
+    rng = np.random.default_rng(2)
+    A = np.abs(rng.normal(size=(30, 3)))
+    truth = np.array([0.3, 0.0, 2.0])
+    assert np.allclose(nnls(A, A @ truth), truth, atol=1e-10)
+
+
+@pytest.mark.parametrize("noise, tolerance", [(0.0, 1e-6), (0.05, 0.3)])
+def test_fit_recovers_known_coefficients(tmp_path: Path, noise: float, tolerance: float) -> None:
+    root = write_results(tmp_path / "r", noise=noise, seed=3)
+    model = fit_models(load_results(root).frame)[KEY]
+    for name in FEATURES:
+        assert model.coef[name] == pytest.approx(TRUE_COEF[name], rel=tolerance), name
+    assert model.separable
+    assert model.r2 > (0.999999 if noise == 0 else 0.95)
+
+
+def test_leave_out_meets_target_and_beats_one_flop_rate(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", noise=0.05, seed=4)
+    errors = leave_out(load_results(root).frame)
+    assert len(errors) == len(load_results(root).frame.query("kind == 'time' and "
+                                                             "config_id.notna()"))
+    summary = error_summary(errors).iloc[0]
+    assert summary["median_rel_error"] <= 0.15
+    assert summary["flop_rate_median_rel_error"] > 2 * summary["median_rel_error"]
+    assert summary["worst_rel_error"] >= summary["median_rel_error"]
+
+
+def test_predicts_configs_outside_the_grid(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", noise=0.0)
+    models = fit_models(load_results(root).frame)
+    config = AttentionConfig(batch=4, n=384, d=128, heads=32)  # none of these in the grid
+    assert config.batch not in grid()[2] and config.n not in grid()[3]
+    model = select_model(models, config)
+    assert model.predict(config) == pytest.approx(synthetic_time(config), rel=1e-6)
+    assert sum(model.terms(config).values()) == pytest.approx(model.predict(config))
+
+
+def test_select_model_names_what_is_missing(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r")
+    models = fit_models(load_results(root).frame)
+    with pytest.raises(ValueError, match="jax/batched/cpu/float32.*fitted: torch/batched"):
+        select_model(models, AttentionConfig(framework="jax"))
+    with pytest.raises(ValueError, match="no time model .* machine 'other'"):
+        select_model(models, AttentionConfig(), machine="other")
+
+
+def test_predict_cli_json_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = write_results(tmp_path / "r", noise=0.02, seed=5)
+    argv = ["predict", "--results", str(root), "--batch", "4", "-n", "384", "-d", "128",
+            "--heads", "32", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    config = AttentionConfig(batch=4, n=384, d=128, heads=32)
+    model = select_model(fit_models(load_results(root).frame), config)
+    assert out["id"] == config.id and out["machine"] == "synth"
+    assert out["predicted_s"] == pytest.approx(model.predict(config))
+    assert out["predicted_s"] == pytest.approx(sum(out["terms"].values()))
+    assert out["predicted_s"] == pytest.approx(synthetic_time(config), rel=0.1)
