@@ -1,0 +1,207 @@
+"""The HTML report: well formed, self-contained, every section, escaped strings, never
+overwritten; and the report/predict CLI errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
+
+from mhabench.cli import main
+from mhabench.report import SECTION_IDS, build_report, write_report
+from mhabench.report_sections import profile_section
+from mhabench.results import load_results
+
+REAL = Path(__file__).parent / "fixtures" / "asv_results"
+EVIL_MACHINE = "<img src=x onerror=alert(1)>"
+EVIL_CPU = "<script>alert(1)</script>"
+VOID = {"meta", "img", "br", "hr", "link", "input"}
+
+
+class TagChecker(HTMLParser):
+    """Collects ids, src/href values and tag-balance errors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.scripts = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if "id" in values:
+            self.ids.add(values["id"] or "")
+        self.links += [v or "" for k, v in attrs if k in ("src", "href")]
+        self.scripts += tag == "script"
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+
+
+def parse(text: str) -> TagChecker:
+    checker = TagChecker()
+    checker.feed(text)
+    checker.close()
+    return checker
+
+
+@pytest.fixture
+def evil_results(tmp_path: Path) -> Path:
+    root = write_results(tmp_path / "results", machine=EVIL_MACHINE, noise=0.03,
+                         commits=["a" * 40, "b" * 40],
+                         time_of=lambda c, i: synthetic_time(c) * (1.5 if i and c.heads == 64
+                                                                   else 1.0))
+    info = root / EVIL_MACHINE / "machine.json"
+    info.write_text(json.dumps({**json.loads(info.read_text()), "cpu": EVIL_CPU}))
+    return root
+
+
+def test_html_well_formed_self_contained_escaped(evil_results: Path, tmp_path: Path) -> None:
+    paths = write_report(build_report(load_results(evil_results), log=lambda m: None),
+                         tmp_path / "out" / "r.html")
+    text = paths["html"].read_text()
+    checker = parse(text)
+    assert checker.errors == [] and checker.stack == []
+    assert set(SECTION_IDS) <= checker.ids
+    assert checker.scripts == 0 and EVIL_CPU not in text and EVIL_MACHINE not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert checker.links and all(link.startswith(("#", "data:image/png;base64,"))
+                                 for link in checker.links)
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text)
+    assert text.count("data:image/png;base64,") >= 5
+    markdown = paths["markdown"].read_text()
+    assert all(f"## {title}" in markdown for title in
+               [s.title for s in build_report(load_results(evil_results),
+                                              log=lambda m: None).sections])
+    csvs = sorted(p.name for p in paths["tables"].iterdir())
+    assert "exercise-6-4--ratios.csv" in csvs and "time-model--leave-out.csv" in csvs
+
+
+def test_sections_hold_the_numbers(evil_results: Path) -> None:
+    report = build_report(load_results(evil_results), log=lambda m: None)
+    sections = {s.id: s for s in report.sections}
+    ratios = sections["exercise-6-4"].tables[0].frame
+    frame = load_results(evil_results).frame
+    newest = frame[(frame["commit"] == "b" * 40) & frame["config_id"].notna()]
+    for r in ratios.to_dict("records"):
+        sweep = newest[(newest["n"] == int(r["shape"].split()[1][1:]))
+                       & (newest["batch"] == int(r["shape"].split()[0][1:]))
+                       & (newest["d"] == int(r["shape"].split()[3][1:]))]
+        assert r["slowest/fastest"] == pytest.approx(sweep["value"].max() / sweep["value"].min())
+    # the second commit made every h=64 cell 1.5x slower: exactly those are flagged
+    flagged = sections["regressions"].tables[0].frame
+    slower = flagged[flagged["change"] == "slower (worse)"]
+    assert len(slower) == len(newest[newest["heads"] == 64])
+    assert slower["cell"].str.contains("heads=64").all()
+    assert "1.1" in " ".join(sections["regressions"].text)
+    # absent data: one line, no failure
+    for sid in ("self-vs-cross", "mha-gqa-mqa", "decoding", "forward-backward",
+                "torch-vs-jax", "machines", "profile"):
+        assert sections[sid].absent and "\n" not in sections[sid].absent
+    assert "leave-out" in " ".join(sections["time-model"].text).lower()
+
+
+@pytest.mark.parametrize("map_coef, heads_coef, lead", [(4e-9, 1e-6, "attention-map"),
+                                                        (1e-11, 3e-4, "per-head")])
+def test_decomposition_verdict_names_the_term_that_grows(tmp_path: Path, map_coef: float,
+                                                         heads_coef: float, lead: str) -> None:
+    coef = {**TRUE_COEF, "map": map_coef, "heads": heads_coef}
+    root = write_results(tmp_path / "r", time_of=lambda c, i: synthetic_time(c, coef))
+    report = build_report(load_results(root), log=lambda m: None)
+    section = next(s for s in report.sections if s.id == "per-head-decomposition")
+    verdict = section.text[-1]
+    assert verdict.startswith("torch/batched:")
+    assert verdict.split(": ", 1)[1].startswith({"attention-map": "attention-map traffic",
+                                                 "per-head": "the fixed per-head"}[lead])
+    table = section.tables[0].frame
+    share = "share map (%)" if lead == "attention-map" else "share heads (%)"
+    assert (table[share] > 80).all()
+    assert (table["R^2 on sweep"] > 0.999).all()
+
+
+def test_profile_section_pivots_region_shares() -> None:
+    rows = []
+    for fw, be, fused in (("torch", "batched", ""), ("jax", "fused", "scores+softmax+mixing")):
+        for h in (1, 8, 64):
+            shares = {"projections": 0.5 / h ** 0.2, "scores": 0.2, "softmax": 0.1 * h ** 0.3}
+            total = sum(shares.values())
+            for region, value in shares.items():
+                rows.append({"framework": fw, "config_id": f"{fw}-{be}-h{h}", "backend": be,
+                             "batch": 8, "n": 512, "m": 512, "d": 256, "heads": h,
+                             "kv_heads": h, "region": region, "time_s": value / 100,
+                             "share": value / total,
+                             "fused_group": fused if region != "projections" else ""})
+    from mhabench.report_sections import Context
+
+    ctx = Context(None, pd.DataFrame(), pd.DataFrame(), {}, pd.DataFrame(rows), 1.1)
+    section = profile_section(ctx)
+    shares = section.tables[0].frame
+    assert len(shares) == 6
+    torch_h64 = shares[(shares["framework"] == "torch") & (shares["heads"] == 64)].iloc[0]
+    assert torch_h64[["projections (%)", "scores (%)", "softmax (%)"]].sum() == pytest.approx(100)
+    assert "softmax [fused] (%)" in shares.columns
+    assert len(section.tables[1].frame) == 6  # the jax fused regions, one per h and region
+    assert len(section.plots) == 2 and all(p.style == "stacked" for p in section.plots)
+
+
+def test_report_never_overwrites(evil_results: Path, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "r.html"
+    assert main(["report", "--results", str(evil_results), "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    before = {p: p.read_bytes() for p in tmp_path.glob("r*") if p.is_file()}
+    assert main(["report", "--results", str(evil_results), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error:" in err[0] and "already exists" in err[0]
+    assert before == {p: p.read_bytes() for p in tmp_path.glob("r*") if p.is_file()}
+    inside = evil_results / "report.html"
+    assert main(["report", "--results", str(evil_results), "--out", str(inside)]) == 2
+    assert "inside the results folder" in capsys.readouterr().err
+    assert not inside.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["report", "--results", "{missing}", "--out", "{out}"], "does not exist"),
+    (["report", "--results", "{results}", "--out", "{out}", "--machine", "nope"],
+     "machine 'nope' is not in"),
+    (["report", "--results", "{results}", "--out", "{tmp}/r.txt"], "ending in .html"),
+    (["report", "--results", "{results}", "--out", "{out}", "--threshold", "0.9"],
+     "--threshold 0.9"),
+    (["predict", "--results", "{missing}"], "does not exist"),
+    (["predict", "--results", "{results}", "--machine", "nope"], "machine 'nope' is not in"),
+    (["predict", "--results", "{results}", "--heads", "3"], "heads=3 must divide d=256"),
+    (["predict", "--results", "{results}", "--backend", "flash"], "backend='flash'"),
+    (["predict", "--results", "{results}", "--framework", "jax"], "no time model"),
+])
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                        argv: list[str], message: str) -> None:
+    results = write_results(tmp_path / "results", params=grid()[:4] + [[256], [1, 8, 64]]
+                            + grid()[6:])
+    fill = {"missing": str(tmp_path / "missing"), "results": str(results),
+            "out": str(tmp_path / "r.html"), "tmp": str(tmp_path)}
+    assert main([a.format(**fill) for a in argv]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if ": error:" in line]
+    assert len(err) == 1 and err[0].startswith(f"mhabench {argv[0]}: error:") and message in err[0]
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.skipif(not (REAL / "benchmarks.json").is_file(),
+                    reason="tests/fixtures/asv_results/ (the real asv run) is not committed yet")
+def test_report_from_the_real_fixture(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "real.html"
+    assert main(["report", "--results", str(REAL), "--out", str(out)]) == 0
+    checker = parse(out.read_text())
+    assert checker.errors == [] and set(SECTION_IDS) <= checker.ids
+    assert "Exercise 6.4" in out.read_text()
