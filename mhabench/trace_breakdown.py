@@ -97,26 +97,23 @@ def format_table(frame: pd.DataFrame) -> str:
                        key=lambda item: -len(item[1]))
     regions = list(dict.fromkeys(r for _, group in by_config for r in group))
     regions += list(dict.fromkeys(frame.loc[frame["fused_group"] != "", "region"])) + [OTHER]
-    wide = frame.pivot_table(index=["framework", "config_id"], columns="region",
-                             values="share", sort=False).reindex(columns=regions)
-    step_ms = frame.groupby(["framework", "config_id"], sort=False)["time_s"].sum() * 1e3
-    configs = frame.drop_duplicates("config_id").set_index("config_id")
-    head = ["framework", "backend", "b", "n", "m", "d", "h", "kv", "step ms"] + regions
-    lines = [head]
-    for (framework, config_id), shares in wide.iterrows():
-        c = configs.loc[config_id]
-        cells = [framework, c["backend"], *(str(c[k]) for k in CONFIG_COLUMNS[1:]),
-                 f"{step_ms[(framework, config_id)]:.2f}"]
-        cells += ["-" if shares[r] != shares[r] else f"{100 * shares[r]:.1f}%" for r in regions]
-        lines.append(cells)
-    widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
-    text = ["  ".join(str(cell).rjust(w) for cell, w in zip(row, widths, strict=True))
+    wide = frame.pivot_table(index="config_id", columns="region", values="share",
+                             sort=False).reindex(columns=regions)
+    step_ms = frame.groupby("config_id", sort=False)["time_s"].sum() * 1e3
+    lines = [["config", "step ms", *regions]]
+    for config_id, shares in wide.iterrows():
+        lines.append([config_id, f"{step_ms[config_id]:.2f}",
+                      *("-" if shares[r] != shares[r] else f"{100 * shares[r]:.1f}%"
+                        for r in regions)])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    text = ["  ".join([row[0].ljust(widths[0])]
+                      + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)])
             for row in lines]
     fused = sorted(set(frame.loc[frame["fused_group"] != "", "fused_group"]))
     if fused:
         text.append("")
-        text.append("fused: XLA ran " + "; ".join(fused) + " as one kernel each, so their "
-                    "time is shown together, not split.")
+        text.append("fused by XLA into single kernels: " + "; ".join(fused)
+                    + " (their time is shown together, not split)")
     text.append(f"'{OTHER}': step time outside the labelled regions. Shares are of the "
                 "profiled step; step ms is per step.")
     return "\n".join(text)
