@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -91,16 +90,17 @@ def profile_config(config: AttentionConfig, logdir: str | Path,
 
 def profile_configs(configs: Sequence[AttentionConfig], logdir: str | Path,
                     steps: int = DEFAULT_STEPS, threads: int | None = None,
-                    progress: TextIO | None = sys.stderr) -> list[Path]:
+                    progress: TextIO | None = None) -> list[Path]:
     """Profile each config into ``logdir`` (checked up front: nothing is overwritten), with
-    one progress line per config on ``progress``; returns the run folders."""
+    one progress line per config on ``progress`` (e.g. ``sys.stderr``; None: silent);
+    returns the run folders."""
     _check_steps(steps)
     logdir = check_logdir(logdir, configs)
     configure_threads(threads)  # before JAX touches a device
     written = []
     for i, config in enumerate(configs, 1):
         if progress is not None:
-            print(f"[{i}/{len(configs)}] profiling {config.id} ({steps} steps)",
+            print(f"[{i}/{len(configs)}] profiling {config.id} ({steps} step(s))",
                   file=progress, flush=True)
         written.append(profile_config(config, logdir, steps))
     return written

@@ -63,7 +63,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from mhabench.profiling import profile_configs
 
     configs = profile_configs_from_args(args)
-    written = profile_configs(configs, args.logdir, steps=args.steps, threads=args.threads)
+    written = profile_configs(configs, args.logdir, steps=args.steps, threads=args.threads,
+                              progress=sys.stderr)
     for path in written:
         print(path)
     print(f"open with: tensorboard --logdir {args.logdir}  (PYTORCH_PROFILER tab: torch runs; "
