@@ -153,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        sys.stderr.close()
+        return 0
     except (ValueError, CLIError, OSError) as exc:  # UnavailableError is a ValueError
         print(f"mhabench {args.command}: error: {exc}", file=sys.stderr)
         return 2
