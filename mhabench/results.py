@@ -257,14 +257,13 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
 
 
 def latest(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of each machine's newest commit (by date): what the model sections use.
-    Repeated cells (several environments) keep the newest row."""
+    """The newest measurement of each cell per machine (by the results file's date): what
+    the model sections use. A partial ``asv run --bench`` at a newer commit replaces only
+    the cells it ran; cells timed in several environments keep the newest."""
     if frame.empty:
         return frame
-    order = frame.sort_values("date")
-    newest = order.groupby("machine")["commit"].transform("last")
-    keep = order[order["commit"] == newest]
-    return keep.drop_duplicates(["machine", "benchmark", "cell"], keep="last")
+    order = frame.sort_values("date", kind="stable")
+    return order.drop_duplicates(["machine", "benchmark", "cell"], keep="last")
 
 
 # ----- calibration ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fixtures.synthetic_asv import BENCH, write_results
 
@@ -149,13 +150,20 @@ def test_machine_filter(tmp_path: Path) -> None:
         load_results(root, machine="gamma")
 
 
-def test_latest_keeps_the_newest_commit(tmp_path: Path) -> None:
+def test_latest_keeps_the_newest_measurement_of_each_cell(tmp_path: Path) -> None:
     root = write_results(tmp_path / "r", commits=["a" * 40, "b" * 40],
                          time_of=lambda c, i: (1 + i) * 1e-3)
     frame = load_results(root).frame
     newest = latest(frame)
     assert set(newest["commit"]) == {"b" * 40}
     assert len(newest) == len(frame) / 2
+    # a partial run at a newer commit replaces only the cells it ran
+    partial = frame[(frame["commit"] == "a" * 40) & (frame["heads"] == 1)].assign(
+        commit="c" * 40, date=frame["date"].max() + pd.Timedelta(hours=1), value=5.0)
+    mixed = latest(pd.concat([frame, partial]))
+    assert len(mixed) == len(frame) / 2
+    assert (mixed[mixed["heads"] == 1]["value"] == 5.0).all()
+    assert set(mixed[mixed["heads"] == 2]["commit"]) == {"b" * 40}
 
 
 def test_calibration_peak(tmp_path: Path) -> None:
