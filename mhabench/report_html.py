@@ -65,7 +65,7 @@ def plot_png(plot: Plot) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=90)
     try:
@@ -77,12 +77,16 @@ def plot_png(plot: Plot) -> bytes:
                     ax.scatter(x, y, label=label, s=18, alpha=0.8)
                 else:
                     ax.plot(x, y, marker="o", label=label)
+        plain = FuncFormatter(lambda v, _: f"{v:g}")  # 64, 0.5: not 2^6 or 5x10^-1
         if plot.logx:
             ax.set_xscale("log", base=2 if plot.xlabel.startswith("heads") else 10)
-            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_major_formatter(plain)
+            ax.xaxis.set_minor_formatter(NullFormatter())
         if plot.logy:
             ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(NullFormatter())
         if plot.diagonal:
             lo, hi = _limits(plot)
             ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
