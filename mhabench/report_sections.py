@@ -587,6 +587,7 @@ def profile_section(ctx: Context) -> Section:
     b = b.copy()
     b["fused_group"] = b["fused_group"].fillna("")
     b["share (%)"] = 100 * b["share"].astype(float)
+    fused = b[b["fused_group"] != ""][["framework", "config_id", "region", "fused_group"]]
     b["region"] = b["region"].where(b["fused_group"] == "", b["region"] + " [fused]")
     keys = ["framework", "backend", "batch", "n", "m", "d", "heads", "kv_heads"]
     pivot = b.pivot_table(index=keys, columns="region", values="share (%)", aggfunc="sum",
@@ -596,7 +597,6 @@ def profile_section(ctx: Context) -> Section:
     pivot = pivot.merge(total.reset_index(), on=keys)
     section = Section("", "", tables=[Table("shares", "Share of traced time per region (%)",
                                             pivot)])
-    fused = b[b["fused_group"] != ""][["framework", "config_id", "region", "fused_group"]]
     if len(fused):
         section.tables.append(Table("fused", "Regions XLA fused into one kernel",
                                     fused.drop_duplicates()))
