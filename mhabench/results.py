@@ -194,8 +194,8 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
         out.append(record)
     if missing:
         warnings.append(f"{rel}: benchmark {name}: {len(missing)} of {expected} cells have no "
-                        f"value (failed, skipped or NaN): {'; '.join(missing[:6])}"
-                        + (" ..." if len(missing) > 6 else ""))
+                        f"value (failed, skipped or NaN), e.g. {'; '.join(missing[:3])}"
+                        + (" ..." if len(missing) > 3 else ""))
     if invalid:
         warnings.append(f"{rel}: benchmark {name}: {len(invalid)} cells are not valid configs; "
                         f"skipped: {'; '.join(invalid[:3])}")

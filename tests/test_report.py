@@ -131,6 +131,17 @@ def test_decomposition_verdict_names_the_term_that_grows(tmp_path: Path, map_coe
     assert (table["R^2 on sweep"] > 0.999).all()
 
 
+def test_every_section_says_in_one_line_when_its_data_is_absent(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", time_of=lambda c, i: float("nan"))  # all cells n/a
+    report = build_report(load_results(root), log=lambda m: None)
+    assert [s.id for s in report.sections] == list(SECTION_IDS)
+    absent = [s for s in report.sections if s.absent]
+    assert {s.id for s in absent} == set(SECTION_IDS) - {"machine"}
+    assert all("\n" not in s.absent and not s.tables and not s.plots for s in absent)
+    checker = parse(write_report(report, tmp_path / "o.html")["html"].read_text())
+    assert checker.errors == [] and set(SECTION_IDS) <= checker.ids
+
+
 def test_profile_section_pivots_region_shares() -> None:
     rows = []
     for fw, be, fused in (("torch", "batched", ""), ("jax", "fused", "scores+softmax+mixing")):
