@@ -1,0 +1,1 @@
+"""asv benchmarks for mhabench: one module per question, thin classes over mhabench.timing."""
