@@ -17,7 +17,7 @@ import pandas as pd
 
 from mhabench.cost import TRAIN_FACTOR, decoder_step_flops
 from mhabench.report import Plot, Section, Table
-from mhabench.results import Results, calibration_table, latest
+from mhabench.results import Results, calibration_table
 from mhabench.timemodel import (
     FEATURE_LABELS,
     FEATURES,
@@ -49,7 +49,7 @@ class Context:
     @classmethod
     def from_results(cls, results: Results, models: dict[tuple[str, ...], TimeModel],
                      traces: pd.DataFrame | None, threshold: float) -> Context:
-        timings = timing_cells(latest(results.frame)).copy()
+        timings = timing_cells(results.frame).copy()
         timings["time_ms"] = timings["value"] * 1e3
         return cls(results, timings, calibration_table(results.frame), models, traces,
                    threshold)

@@ -25,6 +25,7 @@ import pandas as pd
 
 from mhabench.config import AttentionConfig
 from mhabench.cost import TRAIN_FACTOR, cost
+from mhabench.results import latest
 
 FEATURES = ("flops", "map", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
@@ -125,9 +126,10 @@ class TimeModel:
 
 
 def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows a time model is fitted on: time_ benchmarks of attention configs, one row
-    per (group, config) (several benchmarks timing one config are averaged)."""
-    cells = frame[(frame["kind"] == "time") & frame["config_id"].notna()]
+    """The rows a time model is fitted on: the newest time_ measurement of each attention
+    config cell, one row per (group, config) (the median where several benchmarks time
+    one config)."""
+    cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna()])
     if cells.empty:
         return cells
     keep = [*GROUP_KEY, "config_id"]
