@@ -1,0 +1,228 @@
+"""The asv suite: its configuration, every benchmark module on the tiny grid, skips that
+show n/a instead of failing, and asv's timings against mhabench.timing.measure.
+
+Benchmark modules read MHABENCH_* and narrow the CPU affinity at import, so everything
+that imports them runs in a subprocess with its own environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ASV = [sys.executable, "-m", "asv"]
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 600,
+        **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, text=True,
+                          capture_output=True, timeout=timeout, **kwargs)
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=300)
+
+
+@pytest.fixture
+def asv_home(tmp_path: Path) -> dict[str, str]:
+    """A private HOME with an asv machine, so ~/.asv-machine.json is left alone."""
+    env = {"HOME": str(tmp_path / "home"), "MHABENCH_THREADS": "1"}
+    (tmp_path / "home").mkdir()
+    done = run(ASV + ["machine", "--machine", "pytest-machine", "--yes"], env=env)
+    assert done.returncode == 0, done.stderr
+    return env
+
+
+# ----- fast checks of the suite's logic (no asv) -------------------------------------------
+CELLS = """
+    import json
+    from benchmarks import (bench_calibration, bench_cross, bench_decode, bench_gqa,
+                            bench_heads, bench_scaling, bench_train)
+    from benchmarks.common import AttentionBenchmark
+
+    def outcome(cls, cell):
+        try:
+            cls().setup(*cell)
+        except NotImplementedError as err:
+            return "n/a: " + str(err)
+        return "ok"
+
+    classes = [c for m in (bench_cross, bench_decode, bench_gqa, bench_heads, bench_scaling,
+                           bench_train) for c in vars(m).values()
+               if isinstance(c, type) and issubclass(c, AttentionBenchmark)
+               and c is not AttentionBenchmark]
+"""
+
+
+def test_cuda_cells_skip_with_the_reason_on_a_machine_without_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: its cuda cells run")
+    code = CELLS + """
+    out = {}
+    for cls in classes:
+        cell = [values[0] for values in cls.params]
+        cell[cls.param_names.index("device")] = "cuda"
+        out[cls.__name__] = outcome(cls, cell)
+    for cls in (bench_calibration.MatmulPeak, bench_calibration.CopyBandwidth):
+        out[cls.__name__] = outcome(cls, ["jax", "cuda", "float32", 8, 1])
+    print(json.dumps(out))
+    """
+    done = run_python(code, {"MHABENCH_GRID": "tiny", "MHABENCH_DEVICES": "cpu,cuda"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert len(out) == 10  # eight attention classes and two calibration classes
+    for name, result in out.items():
+        assert result.startswith("n/a: device='cuda' is not available"), (name, result)
+
+
+def test_unsupported_variants_and_budget_skip_and_supported_cells_run() -> None:
+    code = CELLS + """
+    heads = bench_heads.HeadsAtFixedWidth
+    gqa = bench_gqa.MhaGqaMqa
+    cross = bench_cross.SelfVsCross
+    print(json.dumps({
+        "mha": outcome(heads, ["torch", "fused", 2, 32, 32, 4, "cpu", "float32", 1]),
+        "reference_gqa": outcome(gqa, ["jax", "reference", 2, 32, 32, 4, 1, "cpu",
+                                       "float32", 1]),
+        "self_n_ne_m": outcome(cross, ["torch", "batched", False, 2, 8, 64, 32, 4, "cpu",
+                                       "float32", 1]),
+    }))
+    """
+    done = run_python(code, {"MHABENCH_GRID": "tiny"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["mha"] == "ok"
+    assert "supports MHA only" in out["reference_gqa"]
+    assert "set cross=True" in out["self_n_ne_m"]
+
+    tiny_budget = run_python(CELLS + """
+    print(outcome(bench_heads.HeadsAtFixedWidth,
+                  ["torch", "batched", 2, 32, 32, 4, "cpu", "float32", 1]))
+    """, {"MHABENCH_GRID": "tiny", "MHABENCH_MEMORY_BUDGET_GB": "0.000001"})
+    assert "over the budget" in tiny_budget.stdout, tiny_budget.stdout + tiny_budget.stderr
+
+
+@pytest.mark.parametrize("grid", ["tiny", "quick", "full"])
+def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
+    """Parameter names are AttentionConfig fields plus threads, and the config built from
+    a cell carries exactly the cell's values (what makes results self-describing)."""
+    code = CELLS + """
+    import itertools
+    from mhabench.config import AttentionConfig
+    from benchmarks.common import config_of
+    fields = set(AttentionConfig.__dataclass_fields__)
+    checked = 0
+    for cls in classes:
+        assert set(cls.param_names) <= fields | {"threads"}, cls.param_names
+        assert {"batch", "n", "d", "heads", "device", "dtype"} <= set(cls.param_names)
+        for cell in itertools.product(*cls.params):
+            try:
+                config = config_of(cls.param_names, cell)
+            except ValueError:
+                continue
+            values = config.to_dict()
+            assert all(values[k] == v for k, v in zip(cls.param_names, cell) if k != "threads")
+            checked += 1
+    heads = dict(zip(bench_heads.HeadsAtFixedWidth.param_names,
+                     bench_heads.HeadsAtFixedWidth.params))
+    print(json.dumps({"checked": checked, "heads": heads["heads"],
+                      "backends": heads["backend"], "threads": heads["threads"]}))
+    """
+    done = run_python(code, {"MHABENCH_GRID": grid, "MHABENCH_THREADS": "2"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["checked"] > 20
+    assert len(out["heads"]) >= 3 and out["backends"] == ["loop", "batched", "fused",
+                                                          "reference"]
+    assert out["threads"] == [2]  # MHABENCH_THREADS is recorded as a parameter
+
+
+@pytest.mark.parametrize(("var", "value"), [("MHABENCH_GRID", "huge"),
+                                            ("MHABENCH_DEVICES", "tpu"),
+                                            ("MHABENCH_DTYPES", "float16")])
+def test_bad_environment_is_named_at_import(var: str, value: str) -> None:
+    done = run_python("import benchmarks.common", {var: value})
+    assert done.returncode != 0
+    assert f"{var}={value!r} is not allowed" in done.stderr
+
+
+# ----- asv end to end ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_asv_check_passes_on_the_real_config(asv_home: dict[str, str]) -> None:
+    done = run(ASV + ["check", "--python=same"], env={**asv_home, "MHABENCH_GRID": "full"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No problems found" in done.stdout
+
+
+@pytest.mark.slow
+def test_every_benchmark_module_runs_on_the_tiny_grid(asv_home: dict[str, str]) -> None:
+    """A dry smoke (-n: nothing saved) of every benchmark once on the tiny grid."""
+    done = run(ASV + ["run", "--quick", "-n", "--python=same", "--show-stderr",
+                      "--machine", "pytest-machine"],
+               env={**asv_home, "MHABENCH_GRID": "tiny"}, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-5000:]
+    assert " failed" not in log, log[-5000:]
+    for module in ("bench_calibration", "bench_cross", "bench_decode", "bench_gqa",
+                   "bench_heads", "bench_scaling", "bench_train"):
+        assert f"{module}." in log
+
+
+@pytest.mark.slow
+def test_asv_times_match_mhabench_measure(asv_home: dict[str, str], tmp_path: Path) -> None:
+    """asv's harness and mhabench.timing.measure time the same cells alike: proves the
+    step synchronises and no compile time leaks into asv's clock (a JAX compile is
+    orders of magnitude longer than these steps)."""
+    from asv.util import load_json
+
+    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"),
+                results_dir=str(tmp_path / "results"), html_dir=str(tmp_path / "html"))
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    env = {**asv_home, "MHABENCH_GRID": "tiny"}
+    done = run(ASV + ["run", "--config", str(tmp_path / "asv.conf.json"), "--python=same",
+                      "--set-commit-hash", "HEAD", "--machine", "pytest-machine",
+                      "-b", r"HeadsAtFixedWidth\.time_step", "-a", "repeat=(5, 15, 10.0)"],
+               env=env, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (result_file,) = [p for p in (tmp_path / "results" / "pytest-machine").glob("*.json")
+                      if p.name != "machine.json"]
+    data = json.loads(result_file.read_text())
+    column = data["result_columns"].index("result")
+    asv_seconds = data["results"]["bench_heads.HeadsAtFixedWidth.time_step"][column]
+    code = CELLS + """
+    import itertools, sys
+    from benchmarks.common import config_of
+    from mhabench.timing import measure
+    cls = bench_heads.HeadsAtFixedWidth
+    print(json.dumps([measure(config_of(cls.param_names, cell), repeats=15).median_s
+                      for cell in itertools.product(*cls.params)]))
+    """
+    direct = run_python(code, env)
+    assert direct.returncode == 0, direct.stderr
+    direct_seconds = json.loads(direct.stdout.splitlines()[-1])
+    ratios = [a / d for a, d in zip(asv_seconds, direct_seconds, strict=True)]
+    typical = statistics.geometric_mean(ratios)
+    print(f"asv / measure: geometric mean {typical:.3f}, range {min(ratios):.3f} to "
+          f"{max(ratios):.3f} over {len(ratios)} cells")
+    assert 0.67 <= typical <= 1.5
+    assert all(0.33 <= r <= 3.0 for r in ratios), ratios
+
+
+def test_main_job_keeps_earlier_results_and_has_the_report_hook() -> None:
+    text = (ROOT / "scripts" / "main-job").read_text()
+    assert "--append-samples" in text and "--record-samples" in text
+    assert "--quick" not in text.split("REPORT HOOK")[0].replace("# ", "").split("asv run")[1]
+    assert "REPORT HOOK" in text
+    assert shutil.which("bash")
