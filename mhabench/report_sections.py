@@ -251,7 +251,8 @@ def decomposition_section(ctx: Context) -> Section:
                                             "the time model's terms", table)], plots=plots)
     section.text.append(
         "Time is fitted (non-negative least squares, per machine/framework/backend/device) as "
-        "FLOPs x s/FLOP + map elements (batch*h*n*m) x s/element + h x s/head + a constant. At "
+        "FLOPs x s/FLOP + map elements (batch*h*n*m) x s/element (plus an extra s/element "
+        "for maps larger than a cache size fitted per group) + h x s/head + a constant. At "
         "fixed d the FLOP term does not change with h, so the h-trend is split between the "
         "attention-map traffic and the fixed per-head cost. Shares are each term's change from "
         "the smallest to the largest h over the model's total change.")
@@ -268,7 +269,8 @@ def decomposition_section(ctx: Context) -> Section:
 def _verdict(shares: dict[str, float], separable: bool) -> str:
     if not np.isfinite(list(shares.values())).all():
         return "the model's time does not grow with h: no trend to explain"
-    growing = {f: s for f, s in shares.items() if f in ("map", "heads")}
+    # The map term and its beyond-cache part are one cost: traffic over the map.
+    growing = {"map": shares["map"] + shares["spill"], "heads": shares["heads"]}
     if not separable:
         both = 100 * sum(growing.values())
         return (f"map traffic and per-head cost together explain {both:.0f}% of the trend "
@@ -297,6 +299,8 @@ def timemodel_section(ctx: Context) -> Section:
                      "FLOP rate (GFLOP/s)": 1e-9 / c["flops"] if c["flops"] > 0 else np.inf,
                      "map (ns/element)": 1e9 * c["map"],
                      "map bytes/element at copy bandwidth": c["map"] * bw * 1e9,
+                     "beyond cache (ns/element)": 1e9 * c["spill"],
+                     "cache size (MiB)": (model.cache_bytes or np.nan) / 2**20,
                      "per head (us)": 1e6 * c["heads"], "fixed (ms)": 1e3 * c["const"]})
     coef = pd.DataFrame(rows)
     if coef["map bytes/element at copy bandwidth"].isna().all():

@@ -2,12 +2,17 @@
 
 For one machine x framework x backend x device x dtype, a config's time is modelled as
 
-    t = c_flops * flops_model + c_map * map_elements + c_heads * heads + c_const
+    t = c_flops * flops_model + c_map * map_elements + c_spill * spilled_map_elements
+        + c_heads * heads + c_const
 
 ``flops_model`` is the chapter's FLOP count, ``map_elements`` the ``batch * h * n * m``
-attention-map elements each step writes and reads, ``heads`` a fixed cost per head
-(dispatch, kernel launches, small-matrix inefficiency); a training step multiplies the
-map and head terms by the cost model's ``TRAIN_FACTOR`` as it does the FLOPs. The
+attention-map elements each step writes and reads, ``spilled_map_elements`` the same count
+for steps whose map is larger than a cache size (0 otherwise: an element that spills to
+memory costs more than one that stays in cache), ``heads`` a fixed cost per head
+(dispatch, kernel launches); a training step multiplies the map and head terms by the
+cost model's ``TRAIN_FACTOR`` as it does the FLOPs. The cache size is calibrated per
+group too: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one
+with the smallest relative residuals. The
 coefficients are fitted by non-negative least squares on *relative* residuals (each row
 divided by its measured time), so a 2 ms cell counts as much as a 2 s one. The same
 model splits a head sweep's time into its terms (:func:`decompose`), and
@@ -23,13 +28,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.config import AttentionConfig
+from mhabench.config import DTYPE_BYTES, AttentionConfig
 from mhabench.cost import TRAIN_FACTOR, cost
 from mhabench.results import latest
 
-FEATURES = ("flops", "map", "heads", "const")
+FEATURES = ("flops", "map", "spill", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
-                  "heads": "per-head fixed cost", "const": "fixed per call"}
+                  "spill": "attention map beyond cache", "heads": "per-head fixed cost",
+                  "const": "fixed per call"}
+# Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
+CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
 GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
 FOLDS = 5
 
@@ -68,12 +76,17 @@ def nnls(A: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarra
     return x / norms
 
 
-def feature_values(config: AttentionConfig) -> dict[str, float]:
-    """The model's features for one config (see the module docstring)."""
+def feature_values(config: AttentionConfig, cache_bytes: float | None = None
+                   ) -> dict[str, float]:
+    """The model's features for one config (see the module docstring); no spill term
+    when ``cache_bytes`` is None."""
     terms = cost(config)
     factor = TRAIN_FACTOR if config.mode == "train" else 1
-    return {"flops": float(terms.flops_model),
-            "map": float(terms.attention_map_elements * factor),
+    elements = float(terms.attention_map_elements * factor)
+    map_bytes = terms.attention_map_elements * DTYPE_BYTES[config.dtype]
+    spills = cache_bytes is not None and map_bytes > cache_bytes
+    return {"flops": float(terms.flops_model), "map": elements,
+            "spill": elements if spills else 0.0,
             "heads": float(config.heads * factor), "const": 1.0}
 
 
@@ -88,10 +101,11 @@ def _config(row: Mapping[str, Any]) -> AttentionConfig:
     return AttentionConfig(**values)
 
 
-def feature_matrix(cells: pd.DataFrame) -> np.ndarray:
+def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None) -> np.ndarray:
     """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
-    rows = [feature_values(_config(r)) for r in cells.to_dict("records")]
-    return np.array([[r[f] for f in FEATURES] for r in rows], dtype=float).reshape(-1, 4)
+    rows = [feature_values(_config(r), cache_bytes) for r in cells.to_dict("records")]
+    return np.array([[r[f] for f in FEATURES] for r in rows],
+                    dtype=float).reshape(-1, len(FEATURES))
 
 
 def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -107,13 +121,14 @@ class TimeModel:
 
     key: tuple[str, ...]  # values of GROUP_KEY
     coef: dict[str, float]
+    cache_bytes: float | None  # map size beyond which the spill term applies
     cells: int
     r2: float
     median_rel_error: float  # in-sample
     separable: bool  # map and per-head terms distinguishable (several batch*n*m)
 
     def terms(self, config: AttentionConfig) -> dict[str, float]:
-        values = feature_values(config)
+        values = feature_values(config, self.cache_bytes)
         return {f: self.coef[f] * values[f] for f in FEATURES}
 
     def predict(self, config: AttentionConfig) -> float:
@@ -122,6 +137,7 @@ class TimeModel:
     def as_dict(self) -> dict[str, Any]:
         return {**dict(zip(GROUP_KEY, self.key, strict=True)), "cells": self.cells, "r2": self.r2,
                 "median_rel_error": self.median_rel_error, "separable": self.separable,
+                "cache_bytes": self.cache_bytes,
                 **{f"coef_{f}": self.coef[f] for f in FEATURES}}
 
 
@@ -143,14 +159,23 @@ def fit_cells(cells: pd.DataFrame, key: tuple[str, ...] = ()) -> TimeModel:
     if len(cells) < 2:
         raise ValueError(f"{len(cells)} timed cell(s) for {'/'.join(key) or 'this group'}; "
                          "a time model needs at least 2")
-    X = feature_matrix(cells)
     t = cells["value"].to_numpy(dtype=float)
-    coef = nnls(X / t[:, None], np.ones(len(t)))
+    best = None
+    # Too few cells to fit the spill term as well: leave it out (cache None).
+    candidates = CACHE_CANDIDATES if len(cells) > len(FEATURES) else ()
+    for cache in (None, *candidates):
+        X = feature_matrix(cells, cache)
+        coef = nnls(X / t[:, None], np.ones(len(t)))
+        loss = float(np.sum((X @ coef / t - 1) ** 2))
+        if best is None or loss < best[0] * (1 - 1e-9):  # a cache size must earn its place
+            best = (loss, cache, X, coef)
+    _, cache, X, coef = best
     predicted = X @ coef
-    separable = len(np.unique(np.round(X[:, 1] / X[:, 2]))) > 1
-    return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), len(cells),
-                     r_squared(t, predicted), float(np.median(np.abs(predicted / t - 1))),
-                     separable)
+    heads = FEATURES.index("heads")
+    separable = len(np.unique(np.round(X[:, 1] / X[:, heads]))) > 1
+    return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), cache,
+                     len(cells), r_squared(t, predicted),
+                     float(np.median(np.abs(predicted / t - 1))), separable)
 
 
 def fit_models(frame: pd.DataFrame) -> dict[tuple[str, ...], TimeModel]:

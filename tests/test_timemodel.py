@@ -47,12 +47,22 @@ def test_nnls_exact_on_nonnegative_truth() -> None:
     assert np.allclose(nnls(A, A @ truth), truth, atol=1e-10)
 
 
-@pytest.mark.parametrize("noise, tolerance", [(0.0, 1e-6), (0.05, 0.3)])
-def test_fit_recovers_known_coefficients(tmp_path: Path, noise: float, tolerance: float) -> None:
-    root = write_results(tmp_path / "r", noise=noise, seed=3)
+SPILL = {**TRUE_COEF, "spill": 3e-9}
+
+
+@pytest.mark.parametrize("coef, cache, noise, tolerance", [
+    (TRUE_COEF, None, 0.0, 1e-6),  # no spill term: none is fitted
+    (SPILL, 8 * 2**20, 0.0, 1e-6),  # maps over 8 MiB cost 2.5x per element
+    (SPILL, 8 * 2**20, 0.05, 0.3),
+])
+def test_fit_recovers_known_coefficients(tmp_path: Path, coef: dict, cache: float | None,
+                                         noise: float, tolerance: float) -> None:
+    root = write_results(tmp_path / "r", noise=noise, seed=3,
+                         time_of=lambda c, i: synthetic_time(c, coef, cache))
     model = fit_models(load_results(root).frame)[KEY]
+    assert model.cache_bytes == cache
     for name in FEATURES:
-        assert model.coef[name] == pytest.approx(TRUE_COEF[name], rel=tolerance), name
+        assert model.coef[name] == pytest.approx(coef[name], rel=tolerance, abs=1e-15), name
     assert model.separable
     assert model.r2 > (0.999999 if noise == 0 else 0.95)
 
