@@ -198,8 +198,9 @@ def model_section(ctx: Context) -> Section:
                                    summary.reset_index()))
     if peak.notna().any():
         section.text.append(
-            "The plain FLOP model predicts flops_model / matmul peak. Median measured/predicted "
-            + "; ".join(f"{fw}/{be} {r['median % of peak']:.0f}% of peak" for (fw, be), r
+            "The plain FLOP model predicts flops_model / matmul peak, so measured/predicted is "
+            "the inverse of the fraction of peak reached. Median fraction of the matmul peak: "
+            + "; ".join(f"{fw}/{be} {r['median % of peak']:.0f}%" for (fw, be), r
                         in summary.iterrows()) + ".")
     else:
         section.text.append("No calibrated matmul peak, so only achieved GFLOP/s is shown.")
