@@ -69,8 +69,9 @@ for _module in ("torch", "jax", "flax.nnx"):
 
 FRAMEWORKS = ["torch", "jax"]
 BACKENDS = ["loop", "batched", "fused", "reference"]
-# tiny (the CI smoke) stays on the CPU; the CUDA skips are unit-tested instead.
-DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=list(DEVICES),
+# tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
+# full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
+DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
                                                        full=list(DEVICES)), DEVICES)
 DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
                                                full=list(ALL_DTYPES)), ALL_DTYPES)
@@ -106,10 +107,10 @@ class AttentionBenchmark(abc.ABC):
     """
 
     rounds = grid(tiny=1, quick=1, full=2)
-    repeat = grid(tiny=(1, 3, 1.0), quick=(2, 5, 4.0), full=(3, 10, 20.0))
+    repeat = grid(tiny=(1, 3, 1.0), quick=(1, 3, 2.0), full=(3, 10, 20.0))
     warmup_time = 0.0  # prepare() already compiled and warmed the step up
     timeout = grid(tiny=120, quick=300, full=900)
-    track_repeats = grid(tiny=1, quick=3, full=5)
+    track_repeats = grid(tiny=1, quick=1, full=5)
 
     @property
     @abc.abstractmethod
