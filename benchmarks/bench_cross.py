@@ -14,7 +14,7 @@ LENGTHS = grid(tiny=[8, 64], quick=[64, 1024], full=[64, 512, 4096])
 class SelfVsCross(AttentionBenchmark):
     param_names = ["framework", "backend", "cross", "batch", "n", "m", "d", "heads", "device",
                    "dtype", "threads"]
-    params = [FRAMEWORKS, grid(tiny=["batched"], quick=["batched", "fused", "reference"],
+    params = [FRAMEWORKS, grid(tiny=["batched"], quick=["batched", "fused"],
                                full=BACKENDS),
               [False, True], [grid(tiny=2, quick=2, full=8)], LENGTHS, LENGTHS,
               [grid(tiny=32, quick=256, full=256)], grid(tiny=[4], quick=[8], full=[1, 8, 64]),

@@ -10,7 +10,7 @@ from .common import BACKENDS, DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, Attent
 class MhaGqaMqa(AttentionBenchmark):
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "kv_heads", "device",
                    "dtype", "threads"]
-    params = [FRAMEWORKS, BACKENDS, [grid(tiny=2, quick=8, full=8)],
+    params = [FRAMEWORKS, BACKENDS, [grid(tiny=2, quick=2, full=8)],
               [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
               [grid(tiny=4, quick=16, full=32)],
               grid(tiny=[4, 1], quick=[16, 4, 1], full=[32, 8, 4, 1]),

@@ -6,7 +6,7 @@ Four or more points per curve, so the report can fit the n^2 d (scores, mixing) 
 
 from .common import BACKENDS, DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
 
-SCALING_BACKENDS = grid(tiny=["fused"], quick=["batched", "fused", "reference"], full=BACKENDS)
+SCALING_BACKENDS = grid(tiny=["fused"], quick=["batched", "fused"], full=BACKENDS)
 HEADS = grid(tiny=[4], quick=[8], full=[1, 8, 64])
 BATCH = [grid(tiny=1, quick=2, full=8)]
 

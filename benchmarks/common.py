@@ -75,7 +75,7 @@ DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu
                                                        full=list(DEVICES)), DEVICES)
 DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
                                                full=list(ALL_DTYPES)), ALL_DTYPES)
-WARMUP = 2  # calls inside prepare(); passed positionally, as measure() passes it
+WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
 
 
 def unsupported_as_skip(build: Callable[[], T]) -> T:
