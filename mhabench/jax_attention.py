@@ -93,9 +93,7 @@ class MultiHeadAttention(nnx.Module):
         with region("projections"):
             q = self.W_q(queries).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
         if self.backend == "fused":
-            mask = None if valid_lens is None else key_mask(valid_lens, k.shape[1])
-            with region("attention"):
-                out = jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+            out = self._sdpa(q, k, v, valid_lens)
         else:
             out = self._attend_batched(q, k, v, valid_lens)
         with region("output"):
@@ -103,8 +101,31 @@ class MultiHeadAttention(nnx.Module):
 
     def __call__(self, queries: jax.Array, keys: jax.Array, values: jax.Array,
                  valid_lens: jax.Array | None = None) -> jax.Array:
+        if self.backend == "fused" and queries is keys and keys is values:
+            return self._fused_self_attention(queries, valid_lens)
         k, v = self.project_kv(keys, values)
         return self.attend(queries, k, v, valid_lens)
+
+    def _sdpa(self, q, k, v, valid_lens):
+        mask = None if valid_lens is None else key_mask(valid_lens, k.shape[1])
+        with region("attention"):
+            return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+
+    def _fused_self_attention(self, x, valid_lens):
+        # One matmul for Q, K and V when one array feeds all three (as the torch backend
+        # and torch's own MultiheadAttention fast path do).
+        b, n = x.shape[:2]
+        kv_width = self.kv_heads * self.p
+        with region("projections"):
+            w = jnp.concatenate([self.W_q.kernel[...], self.W_k.kernel[...],
+                                 self.W_v.kernel[...]], axis=1)  # (d, d + 2 h_kv p)
+            q, k, v = jnp.split(x @ w, [self.d, self.d + kv_width], axis=-1)
+            # (b, n, width) -> (b, n, heads, p)
+            q = q.reshape(b, n, self.heads, self.p)
+            k, v = (t.reshape(b, n, self.kv_heads, self.p) for t in (k, v))
+        out = self._sdpa(q, k, v, valid_lens)
+        with region("output"):
+            return self.W_o(out.reshape(b, n, self.d))
 
     def _attend_batched(self, q, k, v, valid_lens):
         b, n, h, p = q.shape
@@ -212,15 +233,24 @@ def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
     q, k, v, lens = x["queries"], x["keys"], x["values"], x["valid_lens"]
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
-    def forward(params, rest, q, k, v, lens):
-        return nnx.merge(graphdef, params, rest)(q, k, v, lens)
+    # Self-attention passes one array, so the model sees that one tensor feeds queries,
+    # keys and values (separate jit arguments would be separate tracers).
+    self_attention = not config.cross and config.mode != "decode"
+    inputs = (q, lens) if self_attention else (q, k, v, lens)
+
+    def forward(params, rest, *inputs):
+        model = nnx.merge(graphdef, params, rest)
+        if self_attention:
+            x, lens = inputs
+            return model(x, x, x, lens)
+        return model(*inputs)
 
     if config.mode == "train":
-        def loss(params, rest, q, k, v, lens):
-            return forward(params, rest, q, k, v, lens).astype(jnp.float32).sum()
+        def loss(params, rest, *inputs):
+            return forward(params, rest, *inputs).astype(jnp.float32).sum()
 
         fn = jax.jit(jax.grad(loss))
-        args: tuple = (params, rest, q, k, v, lens)
+        args: tuple = (params, rest, *inputs)
     elif config.mode == "decode":
         def decode(params, rest, q, k_cache, v_cache, lens):
             return nnx.merge(graphdef, params, rest).attend(q, k_cache, v_cache, lens)
@@ -230,7 +260,7 @@ def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
         )(params, rest, k, v)
         fn, args = jax.jit(decode), (params, rest, q, k_cache, v_cache, lens)
     else:
-        fn, args = jax.jit(forward), (params, rest, q, k, v, lens)
+        fn, args = jax.jit(forward), (params, rest, *inputs)
 
     compiled = fn.lower(*args).compile()
 
