@@ -253,7 +253,8 @@ def decomposition_section(ctx: Context) -> Section:
     section.text.append(
         "Time is fitted (non-negative least squares, per machine/framework/backend/device) as "
         "FLOPs x s/FLOP + map elements (batch*h*n*m) x s/element (plus an extra s/element "
-        "for maps larger than a cache size fitted per group) + h x s/head + a constant. At "
+        "for maps larger than a cache size fitted per group) + key/value elements read "
+        "(batch*m*2*width) x s/element + h x s/head + a constant. At "
         "fixed d the FLOP term does not change with h, so the h-trend is split between the "
         "attention-map traffic and the fixed per-head cost. Shares are each term's change from "
         "the smallest to the largest h over the model's total change.")
@@ -302,6 +303,7 @@ def timemodel_section(ctx: Context) -> Section:
                      "map bytes/element at copy bandwidth": c["map"] * bw * 1e9,
                      "beyond cache (ns/element)": 1e9 * c["spill"],
                      "cache size (MiB)": (model.cache_bytes or np.nan) / 2**20,
+                     "K/V read (ns/element)": 1e9 * c["kv"],
                      "per head (us)": 1e6 * c["heads"], "fixed (ms)": 1e3 * c["const"]})
     coef = pd.DataFrame(rows)
     if coef["map bytes/element at copy bandwidth"].isna().all():

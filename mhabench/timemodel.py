@@ -3,14 +3,19 @@
 For one machine x framework x backend x device x dtype, a config's time is modelled as
 
     t = c_flops * flops_model + c_map * map_elements + c_spill * spilled_map_elements
-        + c_heads * heads + c_const
+        + c_kv * kv_elements + c_heads * heads + c_const
 
 ``flops_model`` is the chapter's FLOP count, ``map_elements`` the ``batch * h * n * m``
 attention-map elements each step writes and reads, ``spilled_map_elements`` the same count
 for steps whose map is larger than a cache size (0 otherwise: an element that spills to
-memory costs more than one that stays in cache), ``heads`` a fixed cost per head
-(dispatch, kernel launches); a training step multiplies the map and head terms by the
-cost model's ``TRAIN_FACTOR`` as it does the FLOPs. The cache size is calibrated per
+memory costs more than one that stays in cache), ``kv_elements`` the key and value
+elements the attention step reads (``batch * m * 2 * width``: in a decode step the KV
+cache itself, which the FLOP count leaves out entirely, since a one-token step is bound by
+reading the cache, not by its few FLOPs; ``width`` is the key/value width ``h_kv * d/h``,
+or ``d`` for backends that materialise K/V repeated to every query head, see
+:data:`REPEATS_KV`), ``heads`` a fixed cost per head (dispatch, kernel launches); a
+training step multiplies the map, K/V and head terms by the cost model's
+``TRAIN_FACTOR`` as it does the FLOPs. The cache size is calibrated per
 group too: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one
 with the smallest relative residuals. The
 coefficients are fitted by non-negative least squares on *relative* residuals (each row
@@ -32,10 +37,16 @@ from mhabench.config import DTYPE_BYTES, AttentionConfig
 from mhabench.cost import TRAIN_FACTOR, cost
 from mhabench.results import latest
 
-FEATURES = ("flops", "map", "spill", "heads", "const")
+FEATURES = ("flops", "map", "spill", "kv", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
-                  "spill": "attention map beyond cache", "heads": "per-head fixed cost",
+                  "spill": "attention map beyond cache",
+                  "kv": "keys/values read (batch*m*2*width)", "heads": "per-head fixed cost",
                   "const": "fixed per call"}
+# Backends whose grouped-query path copies each key/value head to its g query heads
+# (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
+# h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
+# kernels take grouped K/V directly: they read the h_kv-wide tensors.
+REPEATS_KV = frozenset({"batched"})
 # Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
 CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
 GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
@@ -85,8 +96,10 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None
     elements = float(terms.attention_map_elements * factor)
     map_bytes = terms.attention_map_elements * DTYPE_BYTES[config.dtype]
     spills = cache_bytes is not None and map_bytes > cache_bytes
+    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
+    kv = float(config.batch * config.m * 2 * width * factor)
     return {"flops": float(terms.flops_model), "map": elements,
-            "spill": elements if spills else 0.0,
+            "spill": elements if spills else 0.0, "kv": kv,
             "heads": float(config.heads * factor), "const": 1.0}
 
 

@@ -16,6 +16,7 @@ from mhabench.results import load_results
 from mhabench.timemodel import (
     FEATURES,
     error_summary,
+    feature_values,
     fit_models,
     leave_out,
     nnls,
@@ -47,12 +48,13 @@ def test_nnls_exact_on_nonnegative_truth() -> None:
     assert np.allclose(nnls(A, A @ truth), truth, atol=1e-10)
 
 
-SPILL = {**TRUE_COEF, "spill": 3e-9}
+NO_KV = {**TRUE_COEF, "kv": 0.0}
+SPILL = {**TRUE_COEF, "spill": 3e-9, "kv": 5e-9}
 
 
 @pytest.mark.parametrize("coef, cache, noise, tolerance", [
-    (TRUE_COEF, None, 0.0, 1e-6),  # no spill term: none is fitted
-    (SPILL, 8 * 2**20, 0.0, 1e-6),  # maps over 8 MiB cost 2.5x per element
+    (NO_KV, None, 0.0, 1e-6),  # no spill term and no K/V term: neither is fitted
+    (SPILL, 8 * 2**20, 0.0, 1e-6),  # maps over 8 MiB cost 2.5x per element; K/V reads 5 ns
     (SPILL, 8 * 2**20, 0.05, 0.3),
 ])
 def test_fit_recovers_known_coefficients(tmp_path: Path, coef: dict, cache: float | None,
@@ -65,6 +67,20 @@ def test_fit_recovers_known_coefficients(tmp_path: Path, coef: dict, cache: floa
         assert model.coef[name] == pytest.approx(coef[name], rel=tolerance, abs=1e-15), name
     assert model.separable
     assert model.r2 > (0.999999 if noise == 0 else 0.95)
+
+
+def test_kv_feature_counts_the_keys_and_values_each_backend_reads() -> None:
+    # Decode: the FLOP count leaves the cached keys/values out; the K/V term counts them.
+    mha = AttentionConfig(backend="fused", mode="decode", batch=4, n=1, m=4096, d=256,
+                          heads=16)
+    mqa = mha.replace(kv_heads=1)
+    assert feature_values(mha)["kv"] == 4 * 4096 * 2 * 256
+    assert feature_values(mqa)["kv"] == 4 * 4096 * 2 * 16  # one 16-wide head
+    # batched copies each K/V head to its query heads: it reads h-wide K/V for MQA too.
+    assert feature_values(mqa.replace(backend="batched"))["kv"] == feature_values(mha)["kv"]
+    assert feature_values(mqa.replace(backend="loop"))["kv"] == feature_values(mqa)["kv"]
+    train = AttentionConfig(mode="train")
+    assert feature_values(train)["kv"] == 3 * feature_values(AttentionConfig())["kv"]
 
 
 def test_leave_out_meets_target_and_beats_one_flop_rate(tmp_path: Path) -> None:
