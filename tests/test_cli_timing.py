@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +67,8 @@ def test_bad_flags_give_one_line_and_exit_2(args, message):
 
 
 def test_time_json_through_the_console_script():
-    result = subprocess.run(["mhabench", "time", *TINY, "--framework", "jax",
+    script = Path(sys.executable).parent / "mhabench"  # the installed console script
+    result = subprocess.run([str(script), "time", *TINY, "--framework", "jax",
                              "--backend", "fused", "--repeats", "3", "--json"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
