@@ -32,8 +32,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     terms = model.terms(config)
     out = {"id": config.id, "machine": model.key[0], "predicted_s": sum(terms.values()),
            "terms": {f"{f}_s": terms[f] for f in FEATURES},
-           "features": feature_values(config, model.cache_bytes),
-           "cache_bytes": model.cache_bytes,
+           "features": feature_values(config, model.cache_bytes, model.kv_cache_bytes),
+           "cache_bytes": model.cache_bytes, "kv_cache_bytes": model.kv_cache_bytes,
            "coefficients": {f"{f}": model.coef[f] for f in FEATURES},
            "fit": {"cells": model.cells, "r2": model.r2,
                    "median_rel_error": model.median_rel_error}}

@@ -304,6 +304,8 @@ def timemodel_section(ctx: Context) -> Section:
                      "beyond cache (ns/element)": 1e9 * c["spill"],
                      "cache size (MiB)": (model.cache_bytes or np.nan) / 2**20,
                      "K/V read (ns/element)": 1e9 * c["kv"],
+                     "decode K/V beyond cache (ns/element)": 1e9 * c["kv_spill"],
+                     "K/V cache size (MiB)": (model.kv_cache_bytes or np.nan) / 2**20,
                      "per head (us)": 1e6 * c["heads"], "fixed (ms)": 1e3 * c["const"]})
     coef = pd.DataFrame(rows)
     if coef["map bytes/element at copy bandwidth"].isna().all():

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
@@ -17,6 +18,7 @@ from mhabench.timemodel import (
     FEATURES,
     error_summary,
     feature_values,
+    fit_machine,
     fit_models,
     leave_out,
     nnls,
@@ -81,6 +83,50 @@ def test_kv_feature_counts_the_keys_and_values_each_backend_reads() -> None:
     assert feature_values(mqa.replace(backend="loop"))["kv"] == feature_values(mqa)["kv"]
     train = AttentionConfig(mode="train")
     assert feature_values(train)["kv"] == 3 * feature_values(AttentionConfig())["kv"]
+
+
+def test_kv_spill_counts_only_a_decode_cache_larger_than_the_cache() -> None:
+    # The stored cache (h_kv wide) decides, not the h-wide copy batched reads.
+    dec = AttentionConfig(backend="batched", mode="decode", batch=4, n=1, m=4096, d=256,
+                          heads=16)  # 32 MiB of float32 K/V cache
+    assert feature_values(dec, kv_cache_bytes=8 * 2**20)["kv_spill"] == feature_values(dec)["kv"]
+    mqa = dec.replace(kv_heads=1)  # 2 MiB stored, 32 MiB read after repeat_interleave
+    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == 0
+    assert feature_values(dec, kv_cache_bytes=64 * 2**20)["kv_spill"] == 0
+    assert feature_values(dec)["kv_spill"] == 0  # no cache size: no term
+    fwd = dec.replace(mode="forward", n=64, cross=True)  # forward K/V are fresh activations
+    assert feature_values(fwd, kv_cache_bytes=2**20)["kv_spill"] == 0
+
+
+def _cells(configs: list[AttentionConfig], coef: dict, kv_cache: float) -> pd.DataFrame:
+    rows = [{**vars(c), "config_id": c.id, "flops_model": 0.0,
+             "value": sum(coef[f] * v for f, v in feature_values(c, None, kv_cache).items())}
+            for c in configs]
+    return pd.DataFrame(rows)
+
+
+def test_machine_fit_recovers_the_kv_cache_size_shared_by_its_groups() -> None:
+    coef = {**TRUE_COEF, "kv": 1e-9, "kv_spill": 4e-9}
+    forward = [AttentionConfig(backend="fused", batch=b, n=n, d=d, heads=h)
+               for b in (2, 8) for n in (128, 512) for d in (64, 256) for h in (1, 4, 16)]
+    # Decode caches of 1/8 to 32 MiB (b*m*kv_heads*128 bytes): up to 2 MiB they stay in a
+    # 4 MiB cache, from 8 MiB they spill; sizes 2 and 4 MiB fit equally, the later one wins.
+    decode = [AttentionConfig(backend="fused", mode="decode", batch=b, n=1, m=m, d=256,
+                              heads=16, kv_heads=kv)
+              for b in (1, 4) for m in (1024, 4096) for kv in (1, 4, 16)]
+    groups = {("synth", "torch", "fused", "cpu", "float32"):
+              _cells(forward + decode, coef, 4 * 2**20),
+              ("synth", "jax", "fused", "cpu", "float32"):
+              _cells(forward + decode, {**coef, "kv_spill": 2e-9}, 4 * 2**20)}
+    models = fit_machine(groups)
+    for key, model in models.items():
+        assert model.kv_cache_bytes == 4 * 2**20
+        truth = coef if key[1] == "torch" else {**coef, "kv_spill": 2e-9}
+        for name in FEATURES:
+            assert model.coef[name] == pytest.approx(truth[name], rel=1e-6, abs=1e-15), name
+    # Without decode cells there is nothing to place a K/V cache size by: none.
+    forward_only = {k: g[g["mode"] == "forward"] for k, g in groups.items()}
+    assert all(m.kv_cache_bytes is None for m in fit_machine(forward_only).values())
 
 
 def test_leave_out_meets_target_and_beats_one_flop_rate(tmp_path: Path) -> None:
