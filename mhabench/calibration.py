@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mhabench.config import AttentionConfig, check_available
+from mhabench.config import DTYPE_BYTES, AttentionConfig, check_available
 
 
 def matmul_flops(size: int) -> int:
@@ -30,7 +30,7 @@ def _check(framework: str, device: str, dtype: str) -> None:
 
 
 def _elements(mib: int, dtype: str) -> int:
-    return mib * 2**20 // {"float32": 4, "bfloat16": 2}[dtype]
+    return mib * 2**20 // DTYPE_BYTES[dtype]
 
 
 def make_matmul(framework: str, device: str, dtype: str, size: int) -> Callable[[], Any]:
