@@ -135,17 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_extension_commands(sub: Any) -> None:
-    """Subcommands whose work lives in other modules (results, report, profiling)."""
-    import importlib
+    """Subcommands whose flags live beside their work (report/predict, profile); those
+    modules import only the standard library at the top, so start-up stays cheap."""
+    from mhabench import profiling_cli, report_cli
 
-    for name in ("mhabench.report_cli", "mhabench.profiling_cli"):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real missing dependency: let it show
-                raise
-            continue
-        module.add_cli_commands(sub)
+    report_cli.add_cli_commands(sub)
+    profiling_cli.add_cli_commands(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
