@@ -113,7 +113,8 @@ def cmd_time(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mhabench", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="mhabench", description="Benchmark and profile multi-head attention "
+                     "in PyTorch and JAX: cost model, timing, prediction, reports, traces.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("cost", help="the cost model's terms for one config")
