@@ -93,6 +93,17 @@ def config_from_cell(params: dict[str, Any]) -> AttentionConfig | None:
     return AttentionConfig(**{k: v for k, v in params.items() if k in CONFIG_FIELDS})
 
 
+def config_from_row(row: Any) -> AttentionConfig:
+    """The config of one row of the results frame (pandas hands back numpy scalars, and
+    float columns where other rows lack the field, so each field is coerced back)."""
+    values = {k: row[k] for k in CONFIG_FIELDS}
+    for k in ("batch", "n", "m", "d", "heads", "kv_heads"):
+        values[k] = int(values[k])
+    values["dropout"] = float(values["dropout"])
+    values["cross"], values["masked"] = bool(values["cross"]), bool(values["masked"])
+    return AttentionConfig(**values)
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
         value)

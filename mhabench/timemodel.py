@@ -40,7 +40,7 @@ import pandas as pd
 
 from mhabench.config import DTYPE_BYTES, AttentionConfig
 from mhabench.cost import TRAIN_FACTOR, cost
-from mhabench.results import latest
+from mhabench.results import config_from_row, latest
 
 FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
@@ -115,21 +115,10 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "heads": float(config.heads * factor), "const": 1.0}
 
 
-def _config(row: Mapping[str, Any]) -> AttentionConfig:
-    fields = ("framework", "backend", "batch", "n", "m", "d", "heads", "kv_heads", "cross",
-              "masked", "dropout", "dtype", "device", "mode")
-    values = {k: row[k] for k in fields}
-    for k in ("batch", "n", "m", "d", "heads", "kv_heads"):
-        values[k] = int(values[k])
-    values["dropout"] = float(values["dropout"])
-    values["cross"], values["masked"] = bool(values["cross"]), bool(values["masked"])
-    return AttentionConfig(**values)
-
-
 def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None,
                    kv_cache_bytes: float | None = None) -> np.ndarray:
     """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
-    rows = [feature_values(_config(r), cache_bytes, kv_cache_bytes)
+    rows = [feature_values(config_from_row(r), cache_bytes, kv_cache_bytes)
             for r in cells.to_dict("records")]
     return np.array([[r[f] for f in FEATURES] for r in rows],
                     dtype=float).reshape(-1, len(FEATURES))
@@ -296,7 +285,7 @@ def leave_out(frame: pd.DataFrame, folds: int = FOLDS) -> pd.DataFrame:
                     rows.append({**dict(zip(GROUP_KEY, key, strict=True)),
                                  "config_id": r["config_id"], "heads": r["heads"],
                                  "measured_s": r["value"],
-                                 "predicted_s": models[key].predict(_config(r)),
+                                 "predicted_s": models[key].predict(config_from_row(r)),
                                  "flop_rate_s": float(r["flops_model"]) / rate})
     out = pd.DataFrame(rows, columns=[*GROUP_KEY, "config_id", "heads", "measured_s",
                                       "predicted_s", "flop_rate_s"])
@@ -329,7 +318,7 @@ def decompose(model: TimeModel, sweep: pd.DataFrame) -> dict[str, Any]:
     the model's time (FLOPs do not change with h at fixed d, so their share is ~0).
     """
     sweep = sweep.sort_values("heads")
-    configs = [_config(r) for r in sweep.to_dict("records")]
+    configs = [config_from_row(r) for r in sweep.to_dict("records")]
     terms = pd.DataFrame([model.terms(c) for c in configs], index=sweep["heads"].to_numpy())
     measured = sweep["value"].to_numpy(dtype=float)
     predicted = terms.sum(axis=1).to_numpy()
