@@ -188,9 +188,7 @@ def check_available(config: AttentionConfig) -> None:
 
             ok = torch.cuda.is_available()
         else:
-            import jax
-
-            ok = any(dev.platform == "gpu" for dev in jax.devices()) if _jax_has_gpu() else False
+            ok = _jax_has_gpu()
         if not ok:
             raise UnavailableError(
                 f"device='cuda' is not available to {config.framework} on this machine "
