@@ -19,14 +19,15 @@ result cell's parameters (without ``threads``) is the config that was timed.
 from __future__ import annotations
 
 import abc
+import functools
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench import timing
+from mhabench import kernels, memory, timing
 from mhabench.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.config import DTYPES as ALL_DTYPES
-from mhabench.cost import cost
 
 GRIDS = ("tiny", "quick", "full")
 T = TypeVar("T")
@@ -95,22 +96,56 @@ def config_of(names: list[str], values: tuple[Any, ...]) -> AttentionConfig:
     return AttentionConfig.from_dict(fields)
 
 
+def _valid(names: list[str], values: tuple[Any, ...]) -> bool:
+    try:
+        config_of(names, values)
+    except ValueError:
+        return False
+    return True
+
+
+def skip_cells(names: list[str], params: list[list[Any]],
+               keep: Callable[[AttentionConfig], bool] = lambda config: True
+               ) -> list[tuple[Any, ...]]:
+    """Parameter cells asv skips before any setup (n/a at the cost of a fork): the ones
+    that are no valid config (reference with GQA, self-attention with n != m) and the
+    ones ``keep`` rejects."""
+    return [cell for cell in itertools.product(*params)
+            if not _valid(names, cell) or not keep(config_of(names, cell))]
+
+
+@functools.lru_cache(maxsize=8)
+def _prepared(names: tuple[str, ...], values: tuple[Any, ...]
+              ) -> tuple[AttentionConfig, Callable[[], Any]]:
+    config = unsupported_as_skip(lambda: config_of(list(names), values))
+    return config, unsupported_as_skip(lambda: timing.prepare(config, WARMUP))
+
+
 class AttentionBenchmark(abc.ABC):
     """Base of the timed classes: a subclass only sets ``param_names`` (config fields and
     ``threads``) and ``params`` (abstract here, so asv does not collect the base itself).
 
-    Each cell gets ``time_step`` (asv's clock around one synchronised step; compile and
-    warm-up happened in ``prepare``), ``peakmem_step`` (whole-process max RSS) and
-    ``track_seconds_per_model_gflop`` (lower is better, as asv assumes for track_), the
-    roofline view's measure. Cost-model quantities (attention-map bytes, FLOPs) are pure
-    functions of the config the parameters name, so the report computes them.
+    Each cell gets:
+
+    - ``time_step``: asv's clock around one synchronised step. asv re-runs ``setup``
+      before every sample, so setup is a cached lookup (build, compile and warm-up ran
+      once per process in ``timing.prepare``); ``warmup_time`` adds warm calls before the
+      samples, and ``repeat`` asks for enough samples for asv's Mann-Whitney test
+      (``asv continuous``/``compare``) to call a change significant (7 a side at least).
+    - ``track_step_bytes``: the memory the step itself needs above what was resident
+      (``mhabench.memory``), bytes, lower is better.
+    - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
+      ``mhabench.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
+
+    FLOPs, map bytes and seconds per GFLOP are pure functions of the config the parameters
+    name, so the report computes them from ``time_step``.
     """
 
+    number = 1  # one synchronised step per sample (asv forces it when setup exists)
     rounds = grid(tiny=1, quick=1, full=2)
-    repeat = grid(tiny=(1, 3, 1.0), quick=(1, 3, 2.0), full=(3, 10, 20.0))
-    warmup_time = 0.0  # prepare() already compiled and warmed the step up
+    repeat = grid(tiny=(3, 5, 1.0), quick=(10, 40, 2.0), full=(15, 60, 10.0))
+    warmup_time = grid(tiny=0.0, quick=0.2, full=1.0)
     timeout = grid(tiny=120, quick=300, full=900)
-    track_repeats = grid(tiny=1, quick=1, full=5)
 
     @property
     @abc.abstractmethod
@@ -122,19 +157,36 @@ class AttentionBenchmark(abc.ABC):
     def params(self) -> list[list[Any]]:
         """One list of values per name in ``param_names``."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.__dict__.get("params"), list):
+            names, params = cls.__dict__["param_names"], cls.__dict__["params"]
+            cls.skip_params = skip_cells(names, params)
+            # A per-class copy, so each class carries its own skip list.
+            cls.track_kernel = _track_kernel_method(
+                skip_cells(names, params, lambda c: c.backend in kernels.LIBRARY_BACKENDS))
+
     def setup(self, *params: Any) -> None:
-        self.cfg = unsupported_as_skip(lambda: config_of(self.param_names, params))
-        self.step = unsupported_as_skip(lambda: timing.prepare(self.cfg, WARMUP))
+        self.cfg, self.step = _prepared(tuple(self.param_names), params)
 
     def time_step(self, *params: Any) -> None:
         self.step()
 
-    def peakmem_step(self, *params: Any) -> None:
-        self.step()
+    def track_step_bytes(self, *params: Any) -> int:
+        try:
+            return memory.step_bytes(self.cfg, self.step)
+        except ValueError as err:  # raised inside the benchmark: asv's in-body skip
+            from asv_runner.benchmarks.mark import SkipNotImplemented
 
-    def track_seconds_per_model_gflop(self, *params: Any) -> float:
-        # The same cached step as time_step, timed by the library's one timing path.
-        seconds = timing.measure(self.cfg, self.track_repeats, WARMUP).median_s
-        return seconds / (cost(self.cfg).flops_model / 1e9)
+            raise SkipNotImplemented(str(err)) from err
 
-    track_seconds_per_model_gflop.unit = "s/GFLOP"
+    track_step_bytes.unit = "bytes"
+
+
+def _track_kernel_method(skip: list[tuple[Any, ...]]) -> Callable[..., int]:
+    def track_kernel(self: AttentionBenchmark, *params: Any) -> int:
+        return kernels.KERNEL_CODES[kernels.detect_kernel(self.cfg, self.step)]
+
+    track_kernel.unit = "kernel code"
+    track_kernel.skip_params = skip
+    return track_kernel

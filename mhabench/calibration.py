@@ -11,6 +11,14 @@ from typing import Any
 import numpy as np
 
 from mhabench.config import DTYPE_BYTES, AttentionConfig, check_available
+from mhabench.timing import float32_matmul_precision
+
+# Problem sizes per device and grid: large enough to reach the device's peak (an H200 needs
+# an 8192 matmul and a copy far beyond its 60 MB L2), small enough for a 2-core CPU.
+MATMUL_SIZE = {"cpu": {"tiny": 256, "quick": 1024, "full": 2048},
+               "cuda": {"tiny": 1024, "quick": 8192, "full": 8192}}
+COPY_MIB = {"cpu": {"tiny": 8, "quick": 64, "full": 256},
+            "cuda": {"tiny": 64, "quick": 2048, "full": 2048}}
 
 
 def matmul_flops(size: int) -> int:
@@ -58,6 +66,7 @@ def make_copy(framework: str, device: str, dtype: str, mib: int) -> Callable[[],
 def _torch_step(fn: Callable, a: np.ndarray, device: str, dtype: str) -> Callable[[], Any]:
     import torch
 
+    float32_matmul_precision("torch")
     x = torch.from_numpy(a).to(device=device, dtype=getattr(torch, dtype))
 
     def step() -> Any:
@@ -78,7 +87,8 @@ def _jax_step(fn: Callable, a: np.ndarray, device: str, dtype: str) -> Callable[
     from mhabench.jax_attention import jax_device
 
     x = jax.device_put(a.astype(jnp.dtype(dtype)), jax_device(device))
-    compiled = jax.jit(fn).lower(x).compile()
+    with float32_matmul_precision("jax"):
+        compiled = jax.jit(fn).lower(x).compile()
 
     def step() -> Any:
         return jax.block_until_ready(compiled(x))

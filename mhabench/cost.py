@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from mhabench.config import DTYPE_BYTES, AttentionConfig
+from mhabench.kernels import expected_kernel, materialises
 
 # Elementwise passes over each attention-map element in a forward pass: scale,
 # max-subtract, exp, sum, normalise; masking adds one select. XLA's cost_analysis counts
@@ -29,15 +30,6 @@ ELEMENTWISE_OPS = 5
 MASK_OPS = 1
 # A training step's backward costs about twice the forward matmul work.
 TRAIN_FACTOR = 3
-# Backends that write the (batch, h, n, m) attention map to memory. Fused kernels
-# (torch SDPA flash, jax.nn.dot_product_attention's XLA fusion, torch's own MHA fast
-# path which calls SDPA) keep it in registers/cache tiles.
-_MATERIALISES_MAP = {
-    ("torch", "loop"): True, ("torch", "batched"): True,
-    ("torch", "fused"): False, ("torch", "reference"): False,
-    ("jax", "loop"): True, ("jax", "batched"): True,
-    ("jax", "fused"): False, ("jax", "reference"): True,
-}
 
 
 @dataclass(frozen=True)
@@ -50,7 +42,7 @@ class Cost:
     flops_model: int  # the chapter's count: projections + attention
     params: int
     attention_map_elements: int  # batch * h * n * m
-    attention_map_bytes: int  # what this backend materialises (0 for fused kernels)
+    attention_map_bytes: int  # what the kernel writes (0 for flash/efficient/cuDNN)
     kv_cache_bytes_per_token: int  # per layer, this config's dtype
     peak_bytes_estimate: int  # rough working-set bound, for memory budgets
 
@@ -86,8 +78,13 @@ def decoder_step_flops(d: int, m: int, heads: int = 1, kv_heads: int | None = No
     return flops
 
 
-def cost(config: AttentionConfig) -> Cost:
-    """The model's terms for ``config`` (forward, train = 3x forward, or decode)."""
+def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
+    """The model's terms for ``config`` (forward, train = 3x forward, or decode).
+
+    ``kernel`` is the attention kernel that ran (``mhabench.kernels``; recorded by the asv
+    suite); by default the one :func:`~mhabench.kernels.expected_kernel` predicts. It decides
+    whether the attention map counts as written to memory.
+    """
     b, n, m, d, h = config.batch, config.n, config.m, config.d, config.heads
     kv_width = config.kv_heads * config.head_dim
     proj_qo = 2 * n * d * d + 2 * n * d * d
@@ -98,8 +95,8 @@ def cost(config: AttentionConfig) -> Cost:
     factor = TRAIN_FACTOR if config.mode == "train" else 1
     map_elements = b * h * n * m
     nbytes = DTYPE_BYTES[config.dtype]
-    materialises = _MATERIALISES_MAP[config.framework, config.backend]
-    materialised = map_elements * nbytes if materialises else 0
+    kernel = expected_kernel(config) if kernel is None else kernel
+    materialised = map_elements * nbytes if materialises(kernel) else 0
     activations = b * (2 * n * d + 2 * m * kv_width + n * d + (m * d if config.cross else 0))
     # Scores, masked scores and probabilities can be alive together in eager backends.
     peak = (3 * materialised + activations * nbytes + params(d, h, config.kv_heads) * nbytes)

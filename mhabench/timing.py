@@ -9,6 +9,7 @@ asv's per-sample ``setup`` stays cheap and no compile time leaks into a timing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import statistics
@@ -21,7 +22,12 @@ from mhabench.config import AttentionConfig, UnavailableError, check_available
 from mhabench.cost import cost
 
 DEFAULT_THREADS = 1  # the stable regression baseline on shared 2-core machines
-DEFAULT_BUDGET_GB = 16.0  # working-set budget, sized for a 24 GiB machine
+# Default working-set budget: this share of the device's memory (16 GiB of a 24 GiB CPU
+# box, about 93 GiB of an H200); MHABENCH_MEMORY_BUDGET_GB sets an absolute one.
+BUDGET_FRACTION = 2 / 3
+# float32 matmuls run in true float32 in both frameworks (no TF32): torch's default on
+# CUDA, set explicitly; JAX would otherwise use TF32 on GPUs that have it.
+FLOAT32_MATMUL = "ieee"
 # The CPUs this process may use when mhabench was imported (widening back is allowed).
 _START_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
@@ -57,8 +63,30 @@ def configure_threads(threads: int | None = None) -> int:
     return threads
 
 
-def budget_bytes() -> float:
-    raw = os.environ.get("MHABENCH_MEMORY_BUDGET_GB", str(DEFAULT_BUDGET_GB))
+@functools.lru_cache(maxsize=2)
+def device_memory_bytes(device: str = "cpu") -> int:
+    """Total memory of ``device``: this machine's RAM, or the first GPU's memory."""
+    if device == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(0).total_memory)
+    except ImportError:
+        pass
+    import jax
+
+    stats = jax.devices("gpu")[0].memory_stats() or {}
+    return int(stats.get("bytes_limit", 0))
+
+
+def budget_bytes(device: str = "cpu") -> float:
+    """The working-set budget of one cell on ``device`` (MHABENCH_MEMORY_BUDGET_GB, else
+    ``BUDGET_FRACTION`` of the device's memory)."""
+    raw = os.environ.get("MHABENCH_MEMORY_BUDGET_GB")
+    if raw is None:
+        return BUDGET_FRACTION * device_memory_bytes(device)
     try:
         value = float(raw)
     except ValueError:
@@ -74,10 +102,26 @@ def check_runnable(config: AttentionConfig) -> None:
     framework or device missing, or the cost model's working set over the budget."""
     check_available(config)
     need = cost(config).peak_bytes_estimate
-    if need > budget_bytes():
+    budget = budget_bytes(config.device)
+    if need > budget:
         raise UnavailableError(
             f"{config.id} needs about {need / 2**30:.1f} GiB by the cost model, over the "
-            f"budget of {budget_bytes() / 2**30:.1f} GiB (MHABENCH_MEMORY_BUDGET_GB)")
+            f"{config.device} budget of {budget / 2**30:.1f} GiB (MHABENCH_MEMORY_BUDGET_GB)")
+
+
+def float32_matmul_precision(framework: str) -> Any:
+    """Make float32 matmuls true float32 (:data:`FLOAT32_MATMUL`) in ``framework``; for
+    JAX, returns the context manager to trace and compile under."""
+    if framework == "torch":
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.default_matmul_precision("float32")
 
 
 @functools.lru_cache(maxsize=4)
@@ -88,7 +132,8 @@ def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
         from mhabench.torch_attention import make_step
     else:
         from mhabench.jax_attention import make_step
-    step = make_step(config)
+    with float32_matmul_precision(config.framework):
+        step = make_step(config)
     for _ in range(warmup):
         step()
     return step
