@@ -223,8 +223,11 @@ def run(args: argparse.Namespace) -> int:
     name = args.machine
     asv = [args.python, "-m", "asv"]
     conf = ["--config", str(repo / args.config)]
-    subprocess.run([*asv, "machine", *conf, "--machine", name, "--yes"], cwd=repo, env=env,
-                   check=True, capture_output=True, text=True)
+    done = subprocess.run([*asv, "machine", *conf, "--machine", name, "--yes"], cwd=repo,
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise DeviceRunError(f"asv machine failed: {tail[0]}")
     machine.write_facts(facts, results_dir, name)
 
     classes = discover(args.python, env, repo)

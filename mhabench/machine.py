@@ -99,10 +99,13 @@ def gather(devices: list[str], repo: str | Path = ".") -> dict[str, Any]:
                              "devices": list(devices)}
     facts.update(_torch_facts(want_cuda))
     facts.update(_jax_facts(want_cuda))
+    try:
+        import asv.main  # noqa: F401 - importing is the check (metadata alone is not)
+    except ImportError as exc:
+        raise PreflightError(f"asv does not import ({exc}); on a device, install the "
+                             "bundle's wheels (scripts/device-bundle) and put them on "
+                             "PYTHONPATH") from None
     facts["asv"] = _version("asv")
-    if facts["asv"] is None:
-        raise PreflightError("asv is not importable (on a device: install the bundle's "
-                             "wheels, scripts/device-bundle, and put them on PYTHONPATH)")
     facts["commit"], facts["commit_date"] = resolve_commit(repo)
     return facts
 
