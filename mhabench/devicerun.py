@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,9 +40,14 @@ from mhabench.config import DEVICES, DTYPES
 # not named here come after, alphabetically.
 MODULE_ORDER = ("bench_calibration", "bench_heads", "bench_gqa", "bench_decode",
                 "bench_cross", "bench_train", "bench_scaling")
-FIRST_ESTIMATE_S = 3.0  # per benchmark x cell, until this run has measured its own
+# Until this run has measured its own: seconds per asv invocation (benchmark discovery and
+# the forkserver import torch and jax) and per benchmark x cell (a forked process that
+# starts CUDA, builds, compiles and samples).
+FIRST_OVERHEAD_S = 12.0
+FIRST_PER_RUN_S = 3.0
 SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
 RESULTS_TARBALL = "results.tar.gz"
+CONFIG_BRANCHES = ("main",)  # asv.gpu.conf.json's "branches"
 LOG_FILE = "gpu-grid.log"
 
 _COUNT_CELLS = r"""
@@ -57,13 +63,13 @@ for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda i: i.na
                 or not isinstance(getattr(cls, "params", None), list)):
             continue
         cells = list(itertools.product(*cls.params))
-        runs = 0
-        for method in dir(cls):
+        methods = {}
+        for method in sorted(dir(cls), key=lambda m: (not m.startswith("time_"), m)):
             if method.startswith(("time_", "track_", "peakmem_", "mem_")):
                 skip = getattr(getattr(cls, method), "skip_params", None)
                 skip = set(getattr(cls, "skip_params", []) if skip is None else skip)
-                runs += sum(1 for cell in cells if cell not in skip)
-        out.append({"module": info.name, "name": name, "runs": runs})
+                methods[method] = sum(1 for cell in cells if cell not in skip)
+        out.append({"module": info.name, "name": name, "methods": methods})
 print(json.dumps(out))
 """
 
@@ -76,11 +82,22 @@ class DeviceRunError(RuntimeError):
 class BenchClass:
     module: str
     name: str
-    runs: int  # benchmark methods x parameter cells that asv will start
+    methods: dict[str, int]  # benchmark method -> parameter cells asv will start
 
     @property
-    def regex(self) -> str:
-        return rf"^{self.module}\.{self.name}\."
+    def runs(self) -> int:
+        return sum(self.methods.values())
+
+    @property
+    def label(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    def units(self) -> list[tuple[str, str, int]]:
+        """(label, asv -b regex, runs): the whole class, then each method alone (timings
+        first) for when the class does not fit the time left."""
+        whole = (self.label, rf"^{self.module}\.{self.name}\.", self.runs)
+        return [whole, *((f"{self.label}.{m}", rf"^{self.module}\.{self.name}\.{m}$", runs)
+                         for m, runs in self.methods.items())]
 
 
 def restore_git(repo: Path, bundle_dir: Path) -> str:
@@ -100,6 +117,13 @@ def restore_git(repo: Path, bundle_dir: Path) -> str:
         shutil.move(str(clone / ".git"), str(repo / ".git"))
     # The index from HEAD: the copied files are that commit's (asv only reads history).
     subprocess.run(["git", "-C", str(repo), "reset", "-q"], check=True, capture_output=True)
+    # asv checks that the branches its config names exist.
+    for branch in CONFIG_BRANCHES:
+        known = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
+                                f"refs/heads/{branch}"], capture_output=True)
+        if known.returncode != 0:
+            subprocess.run(["git", "-C", str(repo), "branch", branch, "HEAD"], check=True,
+                           capture_output=True)
     expected = (bundle_dir / "commit.txt").read_text().strip() \
         if (bundle_dir / "commit.txt").is_file() else None
     commit, _ = machine.resolve_commit(repo)
@@ -123,6 +147,25 @@ def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
         return order, item.module
 
     return sorted(found, key=rank)  # stable: classes keep their order inside a module
+
+
+def fit_costs(history: list[tuple[int, float]]) -> tuple[float, float]:
+    """Seconds per invocation and per run, from this run's (runs, seconds) so far: a
+    least-squares line once two invocations differ in size, else the first guesses with
+    the per-run cost adjusted to what was seen."""
+    if len({runs for runs, _ in history}) >= 2:
+        n = len(history)
+        mean_r = sum(r for r, _ in history) / n
+        mean_t = sum(t for _, t in history) / n
+        var = sum((r - mean_r) ** 2 for r, _ in history)
+        slope = sum((r - mean_r) * (t - mean_t) for r, t in history) / var
+        slope = max(slope, 0.05)
+        return max(mean_t - slope * mean_r, 0.0), slope
+    if history:
+        runs = sum(r for r, _ in history)
+        took = sum(t for _, t in history)
+        return FIRST_OVERHEAD_S, max((took - FIRST_OVERHEAD_S * len(history)) / runs, 0.05)
+    return FIRST_OVERHEAD_S, FIRST_PER_RUN_S
 
 
 def pack_results(results_dir: Path, out: Path) -> Path:
@@ -230,30 +273,40 @@ def run(args: argparse.Namespace) -> int:
         raise DeviceRunError(f"asv machine failed: {tail[0]}")
     machine.write_facts(facts, results_dir, name)
 
-    classes = discover(args.python, env, repo)
-    start, spent_runs, spent_s, status = time.monotonic(), 0, 0.0, 0
-    for item in classes:
+    classes = [c for c in discover(args.python, env, repo)
+               if re.search(args.only, f"{c.module}.{c.name}")
+               and not (args.skip and re.search(args.skip, f"{c.module}.{c.name}"))]
+    start, history, status = time.monotonic(), [], 0
+
+    def fits(runs: int) -> tuple[bool, float, float]:
         left = args.budget - (time.monotonic() - start)
-        per_run = spent_s / spent_runs if spent_runs else FIRST_ESTIMATE_S
-        estimate = item.runs * per_run * SAFETY
-        if estimate > left:
-            say(f"gpu-grid: skip {item.module}.{item.name}: {item.runs} runs, about "
-                f"{estimate:.0f} s, {left:.0f} s left")
-            status = 1
-            continue
-        say(f"gpu-grid: run {item.module}.{item.name}: {item.runs} runs, about "
-            f"{estimate:.0f} s of {left:.0f} s left")
-        began = time.monotonic()
-        code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine", name,
-                            "--set-commit-hash", facts["commit"], "--record-samples",
-                            "--append-samples", "--show-stderr", "-b", item.regex],
-                           env, repo, log, timeout=max(left, 1.0))
-        took = time.monotonic() - began
-        spent_runs, spent_s = spent_runs + item.runs, spent_s + took
-        say(f"gpu-grid: {item.module}.{item.name} exit {code} in {took:.0f} s")
-        status = status or (1 if code else 0)
-        if results_dir.is_dir():
-            pack_results(results_dir, out)
+        overhead, per_run = fit_costs(history)
+        return (overhead + runs * per_run) * SAFETY <= left, \
+            (overhead + runs * per_run) * SAFETY, left
+
+    for item in classes:
+        whole, *methods = item.units()
+        chosen = [whole] if fits(whole[2])[0] else methods
+        for label, regex, runs in chosen:
+            ok, estimate, left = fits(runs)
+            if not ok:
+                say(f"gpu-grid: skip {label}: {runs} runs, about {estimate:.0f} s, "
+                    f"{left:.0f} s left")
+                status = 1
+                continue
+            say(f"gpu-grid: run {label}: {runs} runs, about {estimate:.0f} s of "
+                f"{left:.0f} s left")
+            began = time.monotonic()
+            code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine",
+                                name, "--set-commit-hash", facts["commit"],
+                                "--record-samples", "--append-samples", "--show-stderr",
+                                "-b", regex], env, repo, log, timeout=max(left, 1.0))
+            took = time.monotonic() - began
+            history.append((runs, took))
+            say(f"gpu-grid: {label} exit {code} in {took:.0f} s")
+            status = status or (1 if code else 0)
+            if results_dir.is_dir():
+                pack_results(results_dir, out)
     values = count_values(results_dir, name, facts["commit"], devices)
     if values == 0:
         raise DeviceRunError(f"no {'/'.join(devices)} cell has a value: every cell failed "
@@ -293,6 +346,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repo", default=".")
     parser.add_argument("--bundle", default=".whl", help="the device bundle's folder")
     parser.add_argument("--config", default="asv.gpu.conf.json")
+    parser.add_argument("--only", default="", help="regex: run only matching "
+                        "module.Class names (default: all)")
+    parser.add_argument("--skip", default="", help="regex: leave out matching classes")
     args = parser.parse_args(argv)
     for name, allowed in (("devices", DEVICES), ("dtypes", DTYPES)):
         given = [v for v in getattr(args, name).split(",") if v]

@@ -101,7 +101,7 @@ def gather(devices: list[str], repo: str | Path = ".") -> dict[str, Any]:
     facts.update(_jax_facts(want_cuda))
     try:
         import asv.main  # noqa: F401 - importing is the check (metadata alone is not)
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - a missing dependency fails in many ways
         raise PreflightError(f"asv does not import ({exc}); on a device, install the "
                              "bundle's wheels (scripts/device-bundle) and put them on "
                              "PYTHONPATH") from None

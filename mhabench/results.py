@@ -45,6 +45,9 @@ CONFIG_MARKER = "backend"
 ESSENTIAL_FIELDS = ("framework", "backend", "batch", "n", "d", "heads")
 
 
+FACTS_PREFIX = "mhabench-machine"  # mhabench.machine.FACTS_FILE and its numbered siblings
+
+
 class ResultsError(ValueError):
     """The results folder cannot be read at all (missing, empty, no benchmarks.json)."""
 
@@ -241,7 +244,15 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
         if info.is_file():
             data = _read_json(info, root, warnings)
             machines[folder.name] = data if isinstance(data, dict) else {}
-        files.extend(sorted(p for p in folder.glob("*.json") if p.name != "machine.json"))
+        # mhabench's own facts beside asv's machine.json (GPU, versions; mhabench.machine):
+        # the newest file wins.
+        for facts_file in sorted(folder.glob(f"{FACTS_PREFIX}*.json"),
+                                 key=lambda p: p.stat().st_mtime):
+            facts = _read_json(facts_file, root, warnings)
+            if isinstance(facts, dict):
+                machines.setdefault(folder.name, {})["facts"] = facts
+        files.extend(sorted(p for p in folder.glob("*.json")
+                            if p.name != "machine.json" and not p.name.startswith(FACTS_PREFIX)))
     if not files:
         raise ResultsError(f"results folder {str(root)!r} holds no asv results files "
                            "(expected <machine>/<commit>-<env>.json)")

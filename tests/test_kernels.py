@@ -4,8 +4,8 @@ the config, and followed by the cost model's map bytes and memory budget."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import requires_cuda
+
 from mhabench.config import AttentionConfig, UnavailableError
 from mhabench.cost import cost
 from mhabench.kernels import (
