@@ -95,19 +95,36 @@ class BenchClass:
     def units(self) -> list[tuple[str, str, int]]:
         """(label, asv -b regex, runs): the whole class, then each method alone (timings
         first) for when the class does not fit the time left."""
-        whole = (self.label, rf"^{self.module}\.{self.name}\.", self.runs)
-        return [whole, *((f"{self.label}.{m}", rf"^{self.module}\.{self.name}\.{m}$", runs)
+        names = "|".join(self.methods)
+        whole = (self.label, rf"^{self.module}\.{self.name}\.({names})\b", self.runs)
+        # No "$": asv matches -b against names that may carry parameters.
+        return [whole, *((f"{self.label}.{m}", rf"^{self.module}\.{self.name}\.{m}\b", runs)
                          for m, runs in self.methods.items())]
 
 
 def restore_git(repo: Path, bundle_dir: Path) -> str:
-    """Give ``repo`` a ``.git`` from ``bundle_dir/mhabench.bundle`` if it has none."""
-    if (repo / ".git").exists():
-        return "repository present"
+    """Make ``repo``'s git history the bundle's: rebuild ``.git`` from
+    ``bundle_dir/mhabench.bundle`` when the copied tree has none, or when its HEAD is not
+    the commit the bundle was built for (a copied ``.git`` can be stale; results must name
+    the commit whose code ran). Without a bundle, an existing repository is used as is."""
     bundle = bundle_dir / "mhabench.bundle"
+    stamp = bundle_dir / "commit.txt"
+    expected = stamp.read_text().strip() if stamp.is_file() else None
+    if (repo / ".git").exists():
+        if expected is None:
+            return "repository present (no bundle to check it against)"
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+        if head == expected:
+            return f"repository present at the bundle's commit {expected[:8]}"
+        aside = repo / f".git.stale-{int(time.time())}"
+        shutil.move(str(repo / ".git"), str(aside))
+        note = f"copied .git was at {head[:8] or 'no commit'}, moved to {aside.name}; "
+    else:
+        note = ""
     if not bundle.is_file():
-        raise DeviceRunError(f"{repo} has no .git and {bundle} is missing; build the bundle "
-                             "with scripts/device-bundle and carry it")
+        raise DeviceRunError(f"{repo} has no usable .git and {bundle} is missing; build the "
+                             "bundle with scripts/device-bundle and carry it")
     if not shutil.which("git"):
         raise DeviceRunError("git is not installed here: asv needs it to resolve the commit")
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,13 +141,11 @@ def restore_git(repo: Path, bundle_dir: Path) -> str:
         if known.returncode != 0:
             subprocess.run(["git", "-C", str(repo), "branch", branch, "HEAD"], check=True,
                            capture_output=True)
-    expected = (bundle_dir / "commit.txt").read_text().strip() \
-        if (bundle_dir / "commit.txt").is_file() else None
     commit, _ = machine.resolve_commit(repo)
     if expected and commit != expected:
         raise DeviceRunError(f"the bundle holds commit {commit[:8]}, commit.txt says "
                              f"{expected[:8]}; rebuild the bundle")
-    return f"repository rebuilt from {bundle}"
+    return f"{note}repository rebuilt from {bundle} at {commit[:8]}"
 
 
 def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
@@ -273,9 +288,13 @@ def run(args: argparse.Namespace) -> int:
         raise DeviceRunError(f"asv machine failed: {tail[0]}")
     machine.write_facts(facts, results_dir, name)
 
-    classes = [c for c in discover(args.python, env, repo)
-               if re.search(args.only, f"{c.module}.{c.name}")
-               and not (args.skip and re.search(args.skip, f"{c.module}.{c.name}"))]
+    classes = []
+    for found in discover(args.python, env, repo):
+        methods = {m: runs for m, runs in found.methods.items()
+                   if re.search(args.methods, m) and runs}
+        if (methods and re.search(args.only, found.label)
+                and not (args.skip and re.search(args.skip, found.label))):
+            classes.append(BenchClass(found.module, found.name, methods))
     start, history, status = time.monotonic(), [], 0
 
     def fits(runs: int) -> tuple[bool, float, float]:
@@ -349,6 +368,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help="regex: run only matching "
                         "module.Class names (default: all)")
     parser.add_argument("--skip", default="", help="regex: leave out matching classes")
+    parser.add_argument("--methods", default="", help="regex: run only matching benchmark "
+                        "methods, e.g. 'time_|track_kernel' (default: all)")
     args = parser.parse_args(argv)
     for name, allowed in (("devices", DEVICES), ("dtypes", DTYPES)):
         given = [v for v in getattr(args, name).split(",") if v]

@@ -16,7 +16,17 @@ from mhabench.config import AttentionConfig
 def run_forward(config: AttentionConfig, weights: dict[str, np.ndarray],
                 queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
                 valid_lens: np.ndarray | None = None) -> np.ndarray:
-    """Output (b, n, d) as float64 numpy; keys is values -> one tensor (self-attention)."""
+    """Output (b, n, d) as float64 numpy; keys is values -> one tensor (self-attention).
+    float32 matmuls are true float32, as in every timed step (JAX would use TF32 on GPU)."""
+    from mhabench.timing import float32_matmul_precision
+
+    with float32_matmul_precision(config.framework):
+        return _run_forward(config, weights, queries, keys, values, valid_lens)
+
+
+def _run_forward(config: AttentionConfig, weights: dict[str, np.ndarray],
+                 queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                 valid_lens: np.ndarray | None) -> np.ndarray:
     if config.framework == "torch":
         import torch
 
