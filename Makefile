@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The JS libraries asv's published site loads from CDNs, pinned in package-lock.json and
+# served beside the site so it works offline (mhabench.asv_site).
+NODE_STAMP := node_modules/.installed
 
 .PHONY: install bench test lint clean-venv
 
@@ -15,12 +18,17 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "make: npm not found: the offline asv site needs Node.js and npm (Debian: apt-get install npm)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $(NODE_STAMP)
 
-bench: $(STAMP)
+install: $(STAMP) $(NODE_STAMP)
+
+bench: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/main-job
 
-lint: $(STAMP)
+lint: install
 	$(BIN)/ruff check .
 
 test: lint

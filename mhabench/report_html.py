@@ -157,6 +157,7 @@ def section_html(section: Section) -> str:
 
 def render_html(report: Report) -> str:
     nav = "".join(f'<li><a href="#{_e(s.id)}">{_e(s.title)}</a></li>' for s in report.sections)
+    nav += '<li><a href="#warnings">Loading warnings</a></li>'  # every section is in the TOC
     warnings = "".join(f"<li>{_e(w)}</li>" for w in report.warnings) or "<li>none</li>"
     body = "\n".join(section_html(s) for s in report.sections)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
