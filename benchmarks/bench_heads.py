@@ -13,7 +13,7 @@ from .common import BACKENDS, DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, Attent
 class HeadsAtFixedWidth(AttentionBenchmark):
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]
-    params = [FRAMEWORKS, BACKENDS, [grid(tiny=2, quick=2, full=8)],
+    params = [FRAMEWORKS, BACKENDS, [grid(tiny=2, quick=8, full=8)],
               [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
               grid(tiny=[1, 4, 16], quick=[1, 8, 64], full=list(HEAD_SWEEP)),
               DEVICE_PARAMS, DTYPES, [THREADS]]
