@@ -102,50 +102,57 @@ class BenchClass:
                          for m, runs in self.methods.items())]
 
 
-def restore_git(repo: Path, bundle_dir: Path) -> str:
-    """Make ``repo``'s git history the bundle's: rebuild ``.git`` from
-    ``bundle_dir/mhabench.bundle`` when the copied tree has none, or when its HEAD is not
-    the commit the bundle was built for (a copied ``.git`` can be stale; results must name
-    the commit whose code ran). Without a bundle, an existing repository is used as is."""
-    bundle = bundle_dir / "mhabench.bundle"
-    stamp = bundle_dir / "commit.txt"
-    expected = stamp.read_text().strip() if stamp.is_file() else None
-    if (repo / ".git").exists():
-        if expected is None:
-            return "repository present (no bundle to check it against)"
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
-        if head == expected:
-            return f"repository present at the bundle's commit {expected[:8]}"
-        aside = repo / f".git.stale-{int(time.time())}"
-        shutil.move(str(repo / ".git"), str(aside))
-        note = f"copied .git was at {head[:8] or 'no commit'}, moved to {aside.name}; "
-    else:
-        note = ""
-    if not bundle.is_file():
-        raise DeviceRunError(f"{repo} has no usable .git and {bundle} is missing; build the "
-                             "bundle with scripts/device-bundle and carry it")
+def _git(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def prepare_history(repo: Path, bundle_dir: Path) -> tuple[dict[str, str], str]:
+    """Make asv read the history of the commit whose code is in ``repo``.
+
+    With a bundle (``bundle_dir/mhabench.bundle`` and ``commit.txt``), its commit is the
+    truth, once the copied files are checked to be exactly that commit's: a tree without
+    ``.git`` gets one cloned from the bundle; a tree whose ``.git`` is another commit (a
+    stale copy, as a device gave) keeps it untouched, and git is pointed at a clone of the
+    bundle through ``GIT_DIR``. Returns the environment for asv's git calls and a note.
+    """
+    bundle, stamp = bundle_dir / "mhabench.bundle", bundle_dir / "commit.txt"
+    if not stamp.is_file() or not bundle.is_file():
+        if not (repo / ".git").exists():
+            raise DeviceRunError(f"{repo} has no .git and no bundle in {bundle_dir}; build "
+                                 "it with scripts/device-bundle and carry it")
+        return {}, "repository present (no bundle to check it against)"
     if not shutil.which("git"):
         raise DeviceRunError("git is not installed here: asv needs it to resolve the commit")
-    with tempfile.TemporaryDirectory() as tmp:
-        clone = Path(tmp) / "clone"
-        subprocess.run(["git", "clone", "-q", "--no-checkout", str(bundle), str(clone)],
-                       check=True, capture_output=True, text=True)
-        shutil.move(str(clone / ".git"), str(repo / ".git"))
-    # The index from HEAD: the copied files are that commit's (asv only reads history).
-    subprocess.run(["git", "-C", str(repo), "reset", "-q"], check=True, capture_output=True)
-    # asv checks that the branches its config names exist.
-    for branch in CONFIG_BRANCHES:
-        known = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
-                                f"refs/heads/{branch}"], capture_output=True)
-        if known.returncode != 0:
-            subprocess.run(["git", "-C", str(repo), "branch", branch, "HEAD"], check=True,
-                           capture_output=True)
-    commit, _ = machine.resolve_commit(repo)
-    if expected and commit != expected:
-        raise DeviceRunError(f"the bundle holds commit {commit[:8]}, commit.txt says "
+    expected = stamp.read_text().strip()
+    history = Path(tempfile.mkdtemp(prefix="mhabench-history-")) / "history.git"
+    if _git("clone", "-q", "--bare", str(bundle), str(history)).returncode != 0:
+        raise DeviceRunError(f"{bundle} is not a git bundle; rebuild it")
+    head = _git("--git-dir", str(history), "rev-parse", "HEAD").stdout.strip()
+    if head != expected:
+        raise DeviceRunError(f"the bundle holds commit {head[:8]}, commit.txt says "
                              f"{expected[:8]}; rebuild the bundle")
-    return f"{note}repository rebuilt from {bundle} at {commit[:8]}"
+    # The copied files must be the bundle commit's, or results would name the wrong code.
+    tree = ("--git-dir", str(history), "--work-tree", str(repo))
+    _git(*tree, "read-tree", "HEAD")
+    if _git(*tree, "diff", "--quiet").returncode != 0:
+        changed = _git(*tree, "diff", "--name-only").stdout.split()
+        raise DeviceRunError(f"the copied tree differs from the bundle's commit "
+                             f"{expected[:8]} ({', '.join(changed[:3])}); commit, then "
+                             "rebuild the bundle (scripts/device-bundle)")
+    for branch in CONFIG_BRANCHES:  # asv checks that its config's branches exist
+        _git("--git-dir", str(history), "branch", "-f", branch, "HEAD")
+    if not (repo / ".git").exists():
+        shutil.move(str(history), str(repo / ".git"))
+        _git("-C", str(repo), "config", "core.bare", "false")
+        _git("-C", str(repo), "read-tree", "HEAD")
+        return {}, f"repository rebuilt from {bundle} at {expected[:8]}"
+    own = _git("-C", str(repo), "rev-parse", "HEAD").stdout.strip()
+    if own == expected:
+        return {}, f"repository present at the bundle's commit {expected[:8]}"
+    return {"GIT_DIR": str(history)}, (
+        f"the copied .git is at {own[:8] or 'no commit'}, the files are the bundle's "
+        f"{expected[:8]}: git reads {history} (the copied .git is left as it was)")
 
 
 def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
@@ -269,7 +276,11 @@ def run(args: argparse.Namespace) -> int:
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     log = (out / LOG_FILE).open("a")
     say = _sayer(log)
-    say(f"gpu-grid: {restore_git(repo, Path(args.bundle))}")
+    bundle_dir = Path(args.bundle) if Path(args.bundle).is_absolute() else repo / args.bundle
+    git_env, note = prepare_history(repo, bundle_dir)
+    env.update(git_env)
+    os.environ.update(git_env)  # the preflight's git calls read the same history
+    say(f"gpu-grid: {note}")
     try:
         facts = machine.gather(devices, repo)
     except machine.PreflightError as exc:

@@ -1,0 +1,200 @@
+"""A rehearsal, on the CPU, of the command a lent GPU machine runs (README "On a lent GPU
+machine"): the real bundle script, the real gpu-grid driver, in a simulated device.
+
+The simulated device is what the device tool gives: a Python whose packages are the
+image's kinds (torch, jax, flax, pandas, ... and no asv), a copy of the working tree with
+the bundle carried beside it and a stale ``.git`` (seen on the real machine), asv only
+from the bundle's wheels on PYTHONPATH, and ``$OUT`` as the one folder that comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# What the device image lacks (asv and what the bundle brings), and this checkout itself.
+NOT_ON_DEVICE = ("asv", "asv_runner", "json5", "pympler", "importlib_metadata",
+                 "lazy_importer", "zipp", "__editable__", "mhabench")
+
+
+def device_python(tmp: Path) -> Path:
+    """A virtualenv that sees this interpreter's packages except those NOT_ON_DEVICE."""
+    farm = tmp / "device-site"
+    farm.mkdir()
+    ours = Path(site.getsitepackages()[0])
+    for entry in ours.iterdir():
+        if not entry.name.lower().startswith(NOT_ON_DEVICE) and entry.suffix != ".pth":
+            (farm / entry.name).symlink_to(entry)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")],
+                   check=True)
+    venv_site = next((tmp / "venv" / "lib").glob("python3*/site-packages"))
+    (venv_site / "device.pth").write_text(str(farm) + "\n")
+    return tmp / "venv" / "bin" / "python"
+
+
+def device_copy(tmp: Path) -> Path:
+    """The working tree as the device tool copies it, the bundle built and carried, and a
+    ``.git`` one commit behind (a stale copy, as the real machine had)."""
+    clone = tmp / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    done = subprocess.run([str(clone / "scripts" / "device-bundle")], cwd=clone,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "device-bundle: 7 wheels" in done.stdout, done.stdout
+    copy = tmp / "device"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=clone,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(clone / name, copy / name)
+    shutil.copytree(clone / ".whl", copy / ".whl")
+    shutil.copytree(clone / ".git", copy / ".git")
+    subprocess.run(["git", "-C", str(copy), "reset", "-q", "--soft", "HEAD~1"], check=True)
+    return copy
+
+
+@pytest.mark.slow
+def test_gpu_grid_rehearsal_returns_results_that_report_as_a_second_machine(
+        tmp_path: Path, asv_home: dict[str, str]) -> None:
+    python = device_python(tmp_path)
+    copy = device_copy(tmp_path)
+    commit = (copy / ".whl" / "commit.txt").read_text().strip()
+    # The device command's install step: the bundle's wheels into a target on PYTHONPATH.
+    target = tmp_path / "site"
+    wheels = sorted(str(p) for p in (copy / ".whl").glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--no-compile", "--target", str(target), *wheels], check=True)
+    probe = subprocess.run([str(python), "-c", "import asv"], capture_output=True)
+    assert probe.returncode != 0, "the simulated device must not have asv of its own"
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, **asv_home, "PYTHONPATH": str(target), "OUT": str(out),
+           "MHABENCH_PYTHON": str(python), "MHABENCH_MACHINE": "rehearsal",
+           "MHABENCH_DEVICES": "cpu", "MHABENCH_DTYPES": "float32", "MHABENCH_GRID": "tiny",
+           "GPU_GRID_SECONDS": "400"}
+    done = subprocess.run([str(copy / "scripts" / "gpu-grid"), "--only",
+                           "calibration|bench_heads", "--methods", "time_"], cwd=copy,
+                          env=env, capture_output=True, text=True, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert "git reads" in log  # the stale .git was left alone, the bundle's history read
+    assert f"preflight: commit {commit}" in log
+    assert {p.name for p in out.iterdir()} >= {"results.tar.gz", "gpu-grid.log",
+                                               "preflight.json"}
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert any(n.startswith(f"results/rehearsal/{commit[:8]}-") for n in names), names
+    assert "results/rehearsal/mhabench-machine.json" in names
+
+    # Back here: one command merges the returned results beside this machine's, and the
+    # report reads them as a second machine.
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "asv_results", results)
+    before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()
+              and p.name != "benchmarks.json"}
+    merged = subprocess.run([str(ROOT / "scripts" / "gpu-import"), str(out / "results.tar.gz"),
+                             "--results", str(results)], capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stderr
+    assert all(p.read_bytes() == data for p, data in before.items())  # nothing overwritten
+    report = tmp_path / "both.html"
+    done = subprocess.run([sys.executable, "-m", "mhabench.cli", "report", "--results",
+                           str(results), "--out", str(report)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = report.read_text()
+    assert "rehearsal" in html and "fixture-machine" in html
+
+    from mhabench.results import load_results
+
+    loaded = load_results(results)
+    assert set(loaded.machine_names) == {"fixture-machine", "rehearsal"}
+    facts = loaded.machines["rehearsal"]["facts"]
+    assert facts["float32_matmul"] == "ieee" and facts["torch"] and facts["asv"]
+    timed = loaded.frame[(loaded.frame["machine"] == "rehearsal")
+                         & (loaded.frame["kind"] == "time")]
+    assert timed["commit"].eq(commit).all() and len(timed) >= 20, timed[["benchmark", "cell"]]
+
+
+@pytest.mark.slow
+def test_gpu_grid_preflight_fails_in_one_line_without_a_gpu(tmp_path: Path,
+                                                             asv_home: dict[str, str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the preflight passes here")
+    out = tmp_path / "out"
+    env = {**os.environ, **asv_home, "OUT": str(out), "MHABENCH_DEVICES": "cuda",
+           "MHABENCH_PYTHON": sys.executable}
+    done = subprocess.run([str(ROOT / "scripts" / "gpu-grid")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-grid: preflight failed: torch"), lines
+    assert "sees no CUDA device" in lines[0]
+    assert not (out / "results.tar.gz").exists()
+    facts = out / "preflight.json"
+    assert not facts.exists() or "gpu" not in json.loads(facts.read_text())
+
+
+# ----- the history logic alone (seconds) ----------------------------------------------------
+def _repo_with_two_commits(tmp: Path) -> tuple[Path, str, str]:
+    repo = tmp / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                               "user.email=t@example.invalid", *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    (repo / "a.py").write_text("one\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")
+    (repo / "a.py").write_text("two\n")
+    git("commit", "-qam", "two")
+    bundle = repo / ".whl"
+    bundle.mkdir()
+    git("bundle", "create", "-q", str(bundle / "mhabench.bundle"), "HEAD")
+    second = git("rev-parse", "HEAD")
+    (bundle / "commit.txt").write_text(second + "\n")
+    return repo, first, second
+
+
+def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_path) -> None:
+    from mhabench.devicerun import DeviceRunError, prepare_history
+
+    repo, first, second = _repo_with_two_commits(tmp_path)
+    # A .git at the bundle's commit is used as it is.
+    assert prepare_history(repo, repo / ".whl") == \
+        ({}, f"repository present at the bundle's commit {second[:8]}")
+    # A stale .git (one commit behind) stays; git reads the bundle's history instead.
+    subprocess.run(["git", "-C", str(repo), "reset", "-q", "--soft", first], check=True)
+    env, note = prepare_history(repo, repo / ".whl")
+    assert "GIT_DIR" in env and "left as it was" in note
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                          text=True, env={**os.environ, **env}).stdout.strip()
+    assert head == second
+    own = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    assert own == first
+    # No .git at all: one is built from the bundle.
+    shutil.rmtree(repo / ".git")
+    env, note = prepare_history(repo, repo / ".whl")
+    assert env == {} and note.startswith("repository rebuilt")
+    assert subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() == second
+    # Files that are not the bundle's commit: refused, naming the file.
+    (repo / "a.py").write_text("three\n")
+    with pytest.raises(DeviceRunError, match=r"differs from the bundle's commit .*a\.py"):
+        prepare_history(repo, repo / ".whl")
