@@ -143,8 +143,10 @@ class AttentionBenchmark(abc.ABC):
 
     number = 1  # one synchronised step per sample (asv forces it when setup exists)
     rounds = grid(tiny=1, quick=1, full=2)
-    repeat = grid(tiny=(3, 5, 1.0), quick=(10, 40, 2.0), full=(15, 60, 10.0))
-    warmup_time = grid(tiny=0.0, quick=0.2, full=1.0)
+    # (min samples, max samples, seconds): at least 10 a side on the grids a regression gate
+    # runs on (asv's test can call nothing below 7), more where a step is fast.
+    repeat = grid(tiny=(10, 40, 1.0), quick=(10, 40, 2.0), full=(15, 60, 10.0))
+    warmup_time = grid(tiny=0.1, quick=0.2, full=1.0)
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property

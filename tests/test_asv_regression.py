@@ -1,5 +1,7 @@
-"""Regression detection, end to end: in a scratch clone, `asv continuous` flags a commit
-that makes one backend 1.5x slower and does not flag two identical commits.
+"""The regression gate, end to end, on a real module of the suite with its shipped settings:
+in a scratch clone, the README's command (`asv continuous` with interleaved rounds) flags
+every cell of a backend made 1.5x or 1.25x slower, and no other cell, and flags nothing
+between two identical commits.
 
 asv builds a virtualenv and installs each commit into it, as it does for users; to keep
 CI fast the virtualenv gets no packages of its own but a .pth file pointing at the
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import site
 import subprocess
 import sys
@@ -19,41 +22,37 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV = [sys.executable, "-m", "asv"]
+MODULE = "bench_gqa"  # MHA/GQA/MQA: 12 valid cells on the tiny grid, 4 of them fused
 
-# One cell per backend, about 20-60 ms a step: long enough to be stable, short enough that
-# asv takes many samples in seconds. Rounds are interleaved between the two commits
-# (--interleave-rounds), so drift of this shared machine hits both sides alike.
-PROBE = '''
-from .common import THREADS, AttentionBenchmark
-
-
-class Probe(AttentionBenchmark):
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "threads"]
-    params = [["torch"], ["batched", "fused"], [8], [256], [128], [8], [THREADS]]
-    rounds = 4
-    repeat = (10, 20, 3.0)
-'''
-
-STEP = """    def step() -> Any:
-        with torch.inference_mode():
-            out = model(q, k, v, lens)
-        synchronize(device)
-        return out
+# The slowed commit: every fused step spins for a fraction of its own duration.
+PREPARED = """    for _ in range(warmup):
+        step()
+    return step
 """
-# The slow commit: fused forward steps spin for half their own duration (1.5x). The fused
-# cell is the steady one (+-10 %); batched steps allocate a fresh 16 MiB map each call.
-SLOW_STEP = """    def step() -> Any:
-        import time
+SLOWED = """    for _ in range(warmup):
+        step()
+    if config.backend != "fused":
+        return step
+
+    def slowed() -> Any:  # a regression planted by the gate test
         start = time.perf_counter()
-        with torch.inference_mode():
-            out = model(q, k, v, lens)
-        synchronize(device)
-        if config.backend == "fused":
-            until = time.perf_counter() + 0.5 * (time.perf_counter() - start)
-            while time.perf_counter() < until:
-                pass
+        out = step()
+        until = time.perf_counter() + {extra} * (time.perf_counter() - start)
+        while time.perf_counter() < until:
+            pass
         return out
+
+    return slowed
 """
+
+
+def gate_command() -> list[str]:
+    """The README's "did this commit regress?" command, without its two commits."""
+    text = (ROOT / "README.md").read_text()
+    line = re.search(r"^(asv continuous --interleave-rounds [^\n#]*?)\s+main HEAD", text,
+                     re.MULTILINE)
+    assert line, "README lost its regression gate command"
+    return line.group(1).split()[1:]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -69,14 +68,16 @@ def commit_all(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
+def flagged(log: str) -> list[str]:
+    # asv's table: | Change | Before | After | Ratio | Benchmark (Parameter) |, "+" = slower
+    return [line for line in log.splitlines()
+            if line.startswith("|") and line.split("|")[1].strip() == "+"]
+
+
 @pytest.mark.slow
-def test_asv_continuous_flags_a_1_5x_slower_backend(tmp_path: Path, asv_home) -> None:
+def test_gate_flags_exactly_the_slowed_backend(tmp_path: Path, asv_home) -> None:
     repo = tmp_path / "scratch"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    # Scratch-only suite and config: one probe module; venv borrowing our site-packages.
-    for old in (repo / "benchmarks").glob("bench_*.py"):
-        old.unlink()
-    (repo / "benchmarks" / "bench_probe.py").write_text(PROBE)
     pth_writer = tmp_path / "borrow_site.py"
     ours = site.getsitepackages()[0]
     pth_writer.write_text("import site\n"
@@ -90,38 +91,37 @@ def test_asv_continuous_flags_a_1_5x_slower_backend(tmp_path: Path, asv_home) ->
                 html_dir=str(tmp_path / "html"), env_dir=str(tmp_path / "env"))
     conf["install_command"] = conf["install_command"] + [f"python {pth_writer}"]
     (repo / "asv.conf.json").write_text(json.dumps(conf, indent=1))
-    base = commit_all(repo, "scratch: probe benchmark, borrowed site-packages")
-
+    base = commit_all(repo, "scratch: virtualenv borrowing site-packages")
     (repo / "README.md").write_text((repo / "README.md").read_text() + "\nSame code.\n")
     same = commit_all(repo, "identical code")
 
-    source = repo / "mhabench" / "torch_attention.py"
-    text = source.read_text()
-    assert text.count(STEP) == 1, "the forward step changed shape: update this test"
-    source.write_text(text.replace(STEP, SLOW_STEP))
-    slow = commit_all(repo, "fused backend 1.5x slower")
+    timing = repo / "mhabench" / "timing.py"
+    text = timing.read_text()
+    assert text.count(PREPARED) == 1, "timing.prepare changed shape: update this test"
+    slowed = {}
+    for extra in (0.5, 0.25):
+        git(repo, "checkout", "-q", same)
+        timing.write_text(text.replace(PREPARED, SLOWED.format(extra=extra)))
+        slowed[extra] = commit_all(repo, f"fused backend {1 + extra}x slower")
 
-    env = {**os.environ, **asv_home, "MHABENCH_GRID": "quick", "PYTHONPATH": ""}
+    env = {**os.environ, **asv_home, "MHABENCH_GRID": "tiny", "PYTHONPATH": ""}
+    command = [*ASV, *gate_command(), "--machine", "pytest-machine", "--show-stderr",
+               "-b", rf"^{MODULE}\..*\.time_step"]
 
-    def continuous(a: str, b: str) -> subprocess.CompletedProcess:
-        # --factor 1.25: above this machine's run-to-run noise (10-20 %), below 1.5x.
-        return subprocess.run(ASV + ["continuous", "--factor", "1.25", "--interleave-rounds",
-                                     "--machine", "pytest-machine", "--show-stderr",
-                                     "-b", r"Probe\.time_step", a, b],
-                              cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    def continuous(a: str, b: str) -> tuple[int, str]:
+        done = subprocess.run([*command, a, b], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=1200)
+        return done.returncode, done.stdout + done.stderr
 
-    unchanged = continuous(base, same)
-    log = unchanged.stdout + unchanged.stderr
-    assert "bench_probe.Probe.time_step" in log, log[-4000:]
-    assert unchanged.returncode == 0, log[-4000:]
-    assert "PERFORMANCE DECREASED" not in log
+    code, log = continuous(base, same)
+    assert f"{MODULE}.MhaGqaMqa.time_step" in log, log[-4000:]
+    assert code == 0 and not flagged(log) and "PERFORMANCE DECREASED" not in log, \
+        "\n".join(flagged(log)) or log[-4000:]
 
-    slower = continuous(same, slow)
-    log = slower.stdout + slower.stderr
-    assert slower.returncode == 1, log[-4000:]
-    assert "PERFORMANCE DECREASED" in log
-    # asv's table: | Change | Before | After | Ratio | Benchmark (Parameter) |, "+" = slower
-    flagged = [line for line in log.splitlines()
-               if line.startswith("|") and line.split("|")[1].strip() == "+"]
-    assert flagged and all("'fused'" in line for line in flagged), flagged
-    print("\n".join(flagged))
+    fused_cells = 4  # torch and jax fused, kv_heads 4 and 1 (tiny grid)
+    for extra, commit in slowed.items():
+        code, log = continuous(same, commit)
+        lines = flagged(log)
+        print(f"{1 + extra}x:", *lines, sep="\n")
+        assert code == 1 and "PERFORMANCE DECREASED" in log, log[-4000:]
+        assert len(lines) == fused_cells and all("'fused'" in line for line in lines), lines
