@@ -1,0 +1,41 @@
+"""``mhabench predict``: a config's time from the time model fitted to asv results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from mhabench.cli.common import add_config_args, add_results_args, config_from_args, load_results
+
+
+def add_command(sub: Any) -> None:
+    p = sub.add_parser("predict", help="predict a config's time from fitted asv results")
+    add_results_args(p)
+    add_config_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mhabench.timemodel import FEATURES, feature_values, fit_models, select_model
+
+    config = config_from_args(args)  # bad flags fail before the results are read
+    results = load_results(args, "predict")
+    model = select_model(fit_models(results.frame), config, args.machine)
+    terms = model.terms(config)
+    out = {"id": config.id, "machine": model.key[0], "predicted_s": sum(terms.values()),
+           "terms": {f"{f}_s": terms[f] for f in FEATURES},
+           "features": feature_values(config, model.cache_bytes, model.kv_cache_bytes),
+           "cache_bytes": model.cache_bytes, "kv_cache_bytes": model.kv_cache_bytes,
+           "coefficients": {f"{f}": model.coef[f] for f in FEATURES},
+           "fit": {"cells": model.cells, "r2": model.r2,
+                   "median_rel_error": model.median_rel_error}}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{config.id} on {model.key[0]}: predicted {out['predicted_s'] * 1e3:.3f} ms")
+        for name, seconds in out["terms"].items():
+            print(f"  {name:<8} {seconds * 1e3:10.3f} ms")
+        print(f"  (fit on {model.cells} cells, R^2 {model.r2:.3f})")
+    return 0

@@ -1,0 +1,53 @@
+"""``mhabench report``: the HTML/Markdown/CSV report from asv results (never overwrites)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mhabench.cli.common import CLIError, add_results_args, load_results
+
+
+def add_command(sub: Any) -> None:
+    p = sub.add_parser("report", help="HTML/Markdown/CSV report from asv results")
+    add_results_args(p)
+    p.add_argument("--out", required=True,
+                   help="new report file NAME.html (NAME.md and NAME_tables/ go beside it)")
+    p.add_argument("--traces", default=None, help="profiler logdir from mhabench profile")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="regression factor new/previous commit (default 1.1, as asv)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mhabench.report import (
+        DEFAULT_THRESHOLD,
+        build_report,
+        check_outputs,
+        progress,
+        write_report,
+    )
+
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    if not threshold > 1:
+        raise CLIError(f"--threshold {threshold} is not allowed; it must be above 1 "
+                       "(a slowdown factor, e.g. 1.1)")
+    check_outputs(args.out, args.results)  # refuse before any slow work
+    progress(f"loading {args.results}")
+    results = load_results(args, "report")
+    traces = None
+    if args.traces is not None:
+        from pathlib import Path
+
+        from mhabench.profiling import breakdown_table
+
+        if not Path(args.traces).is_dir():
+            raise CLIError(f"--traces {args.traces!r} is not a folder")
+        progress(f"reading traces under {args.traces}")
+        traces = breakdown_table(args.traces)
+    report = build_report(results, traces, threshold)
+    progress("rendering plots and writing files")
+    paths = write_report(report, args.out)
+    print(f"wrote {paths['html']} (Markdown {paths['markdown']}, CSV tables in "
+          f"{paths['tables']}/)")
+    return 0
