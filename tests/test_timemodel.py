@@ -11,19 +11,18 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
-from mhabench.cli import main
-from mhabench.config import AttentionConfig
-from mhabench.results import load_results
-from mhabench.timemodel import (
+from mhabench.analysis.timemodel import (
     FEATURES,
-    error_summary,
     feature_values,
     fit_machine,
     fit_models,
-    leave_out,
     nnls,
     select_model,
 )
+from mhabench.analysis.validation import error_summary, leave_out
+from mhabench.cli import main
+from mhabench.config import AttentionConfig
+from mhabench.results import load_results
 
 KEY = ("synth", "torch", "batched", "cpu", "float32")
 

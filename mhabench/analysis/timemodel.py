@@ -24,19 +24,26 @@ with the smallest relative residuals. The K/V cache size is a machine's, chosen 
 way over all its groups together (:func:`fit_machine`); few decode cells per group could
 otherwise pick one by chance. The
 coefficients are fitted by non-negative least squares on *relative* residuals (each row
-divided by its measured time), so a 2 ms cell counts as much as a 2 s one. The same
-model splits a head sweep's time into its terms (:func:`decompose`), and
-:func:`leave_out` measures its accuracy on cells left out of the fit.
+divided by its measured time), so a 2 ms cell counts as much as a 2 s one. A group gets
+the full model only when it has more cells than the model has coefficients (those whose
+feature is not zero on every cell); otherwise the next simpler model of
+:data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
+under-determined (:class:`UnderDetermined`), not fitted. Each model records the ranges of
+the configs it was fitted on, and :meth:`TimeModel.extrapolation` names every field of a
+config outside them. The per-head split of a head sweep is in
+:mod:`mhabench.analysis.decomposition`, the accuracy checks in
+:mod:`mhabench.analysis.validation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import scipy.optimize
 
 from mhabench.config import DTYPE_BYTES, AttentionConfig
 from mhabench.cost import TRAIN_FACTOR, cost
@@ -48,6 +55,20 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h
                   "kv": "keys/values read (batch*m*2*width)",
                   "kv_spill": "keys/values beyond cache", "heads": "per-head fixed cost",
                   "const": "fixed per call"}
+# The models a group may get, richest first: the first with fewer coefficients than the
+# group has cells is fitted (the spill terms count only where a cache size makes them
+# non-zero). FLOPs + constant is the plain roofline: one rate and a call overhead.
+FEATURE_SETS: tuple[tuple[str, ...], ...] = (
+    FEATURES,
+    ("flops", "map", "kv", "heads", "const"),
+    ("flops", "map", "const"),
+    ("flops", "const"),
+)
+MIN_CELLS = len(FEATURE_SETS[-1]) + 1  # one residual left over for the simplest model
+# Config fields whose fitted range a model records; a config outside any is extrapolated.
+RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
+# Categorical fields: a value the fit never saw is an extrapolation too.
+SEEN_FIELDS = ("mode", "cross", "masked")
 # Backends whose grouped-query path copies each key/value head to its g query heads
 # (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
 # h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
@@ -56,40 +77,27 @@ REPEATS_KV = frozenset({"batched"})
 # Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
 CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
 GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
-FOLDS = 5
+# Losses (sums of squared relative residuals) closer than this are a tie: on exact data the
+# solver's rounding would otherwise let a useless cache size "earn" its place.
+LOSS_TIE = 1e-12
+
+Key = tuple[str, ...]
 
 
-def nnls(A: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """min ||A x - b||_2 subject to x >= 0 (Lawson and Hanson's active-set method).
+class UnderDetermined(ValueError):
+    """A group with too few cells for even the simplest model: not fitted."""
+
+
+def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||A x - b||_2 subject to x >= 0, by :func:`scipy.optimize.nnls`.
 
     Columns are scaled to unit norm first: the features differ by ten orders of
-    magnitude (FLOPs vs a constant), which would otherwise swamp the tolerances.
+    magnitude (FLOPs vs a constant), which would otherwise swamp the solver's tolerances.
     """
     A = np.asarray(A, dtype=float)
-    b = np.asarray(b, dtype=float)
     norms = np.linalg.norm(A, axis=0)
     norms[norms == 0] = 1.0
-    A = A / norms
-    n = A.shape[1]
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * max(A.shape) * max(1.0, np.abs(A).sum(axis=0).max())
-    for _ in range(max_iter or 3 * n + 10):
-        w = A.T @ (b - A @ x)
-        if passive.all() or w[~passive].max() <= tol:
-            break
-        passive[np.argmax(np.where(passive, -np.inf, w))] = True
-        while True:
-            s = np.zeros(n)
-            s[passive] = np.linalg.lstsq(A[:, passive], b, rcond=None)[0]
-            if s[passive].min() > tol:
-                break
-            # Step back towards the old x until a passive coefficient reaches zero.
-            shrink = passive & (s <= tol)
-            alpha = np.min(x[shrink] / (x[shrink] - s[shrink]))
-            x = x + alpha * (s - x)
-            passive &= x > tol
-        x = s
+    x, _ = scipy.optimize.nnls(A / norms, np.asarray(b, dtype=float))
     return x / norms
 
 
@@ -135,8 +143,8 @@ def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
 class TimeModel:
     """Fitted coefficients (seconds per unit of each feature) for one group of cells."""
 
-    key: tuple[str, ...]  # values of GROUP_KEY
-    coef: dict[str, float]
+    key: Key  # values of GROUP_KEY
+    coef: dict[str, float]  # every feature; 0 for those outside ``features``
     cache_bytes: float | None  # map size beyond which the spill term applies
     kv_cache_bytes: float | None  # K/V size beyond which the K/V spill term applies
     cells: int
@@ -144,6 +152,14 @@ class TimeModel:
     median_rel_error: float  # in-sample
     separable: bool  # map and per-head terms distinguishable (several batch*n*m)
     loss: float  # sum of squared relative residuals, in-sample
+    features: tuple[str, ...] = FEATURES  # the terms fitted (non-zero columns)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # RANGE_FIELDS
+    seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # SEEN_FIELDS
+
+    @property
+    def reduced(self) -> bool:
+        """True when the group was too small for the full model's base terms."""
+        return not set(FEATURE_SETS[1]) <= set(self.features)
 
     def terms(self, config: AttentionConfig) -> dict[str, float]:
         values = feature_values(config, self.cache_bytes, self.kv_cache_bytes)
@@ -152,10 +168,25 @@ class TimeModel:
     def predict(self, config: AttentionConfig) -> float:
         return sum(self.terms(config).values())
 
+    def extrapolation(self, config: AttentionConfig) -> list[str]:
+        """Every way ``config`` lies outside what the model was fitted on (empty: inside)."""
+        out = []
+        for name, (lo, hi) in self.ranges.items():
+            value = getattr(config, name)
+            if not lo <= value <= hi:
+                out.append(f"{name}={value} outside fitted {lo}-{hi}")
+        for name, values in self.seen.items():
+            value = getattr(config, name)
+            if value not in values:
+                out.append(f"{name}={value} not fitted (only {', '.join(map(str, values))})")
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {**dict(zip(GROUP_KEY, self.key, strict=True)), "cells": self.cells, "r2": self.r2,
                 "median_rel_error": self.median_rel_error, "separable": self.separable,
-                "cache_bytes": self.cache_bytes, "kv_cache_bytes": self.kv_cache_bytes,
+                "features": list(self.features), "cache_bytes": self.cache_bytes,
+                "kv_cache_bytes": self.kv_cache_bytes,
+                "ranges": {k: list(v) for k, v in self.ranges.items()},
                 **{f"coef_{f}": self.coef[f] for f in FEATURES}}
 
 
@@ -172,40 +203,60 @@ def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
          "value": "median"})
 
 
-def fit_cells(cells: pd.DataFrame, key: tuple[str, ...] = (),
+def _ranges(cells: pd.DataFrame) -> tuple[dict[str, tuple[int, int]],
+                                          dict[str, tuple[Any, ...]]]:
+    ranges = {f: (int(cells[f].min()), int(cells[f].max())) for f in RANGE_FIELDS}
+    seen = {f: tuple(sorted({v.item() if hasattr(v, "item") else v for v in cells[f]}))
+            for f in SEEN_FIELDS}
+    return ranges, seen
+
+
+def fit_cells(cells: pd.DataFrame, key: Key = (),
               kv_cache_bytes: float | None = None) -> TimeModel:
-    """Fit one :class:`TimeModel` to cells of one group (at least 2 cells), with the K/V
-    spill term starting at ``kv_cache_bytes`` (a machine's, see :func:`fit_machine`)."""
-    if len(cells) < 2:
-        raise ValueError(f"{len(cells)} timed cell(s) for {'/'.join(key) or 'this group'}; "
-                         "a time model needs at least 2")
+    """Fit one :class:`TimeModel` to cells of one group, with the K/V spill term starting
+    at ``kv_cache_bytes`` (a machine's, see :func:`fit_machine`): the richest model of
+    :data:`FEATURE_SETS` with fewer coefficients than cells. Raises
+    :class:`UnderDetermined` when even the simplest has as many coefficients as cells."""
     t = cells["value"].to_numpy(dtype=float)
-    best = None
-    # Too few cells to fit the spill term as well: leave it out (cache None).
-    candidates = CACHE_CANDIDATES if len(cells) > len(FEATURES) else ()
-    for cache in (None, *candidates):
-        X = feature_matrix(cells, cache, kv_cache_bytes)
-        coef = nnls(X / t[:, None], np.ones(len(t)))
-        loss = float(np.sum((X @ coef / t - 1) ** 2))
-        if best is None or loss < best[0] * (1 - 1e-9):  # a cache size must earn its place
-            best = (loss, cache, X, coef)
-    loss, cache, X, coef = best
+    for features in FEATURE_SETS:
+        best = None
+        for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
+            X = feature_matrix(cells, cache, kv_cache_bytes)
+            used = [i for i, f in enumerate(FEATURES) if f in features and X[:, i].any()]
+            if len(used) >= len(cells):
+                continue  # as many coefficients as cells: an exact fit that proves nothing
+            coef = np.zeros(len(FEATURES))
+            coef[used] = nnls(X[:, used] / t[:, None], np.ones(len(t)))
+            loss = float(np.sum((X @ coef / t - 1) ** 2))
+            if best is None or loss < best[0] * (1 - 1e-9) - LOSS_TIE:  # must earn its place
+                best = (loss, cache, X, coef, tuple(FEATURES[i] for i in used))
+        if best is not None:
+            break
+    else:
+        raise UnderDetermined(
+            f"{'/'.join(key) or 'this group'} has {len(cells)} timed cell(s); the simplest "
+            f"model ({' + '.join(FEATURE_SETS[-1])}) needs at least {MIN_CELLS}: "
+            "under-determined, not fitted")
+    loss, cache, X, coef, used = best
     predicted = X @ coef
     heads = FEATURES.index("heads")
     separable = len(np.unique(np.round(X[:, 1] / X[:, heads]))) > 1
+    ranges, seen = _ranges(cells)
     return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), cache,
                      kv_cache_bytes, len(cells), r_squared(t, predicted),
-                     float(np.median(np.abs(predicted / t - 1))), separable, loss)
+                     float(np.median(np.abs(predicted / t - 1))), separable, loss, used,
+                     ranges, seen)
 
 
-def fit_machine(groups: Mapping[tuple[str, ...], pd.DataFrame]
-                ) -> dict[tuple[str, ...], TimeModel]:
+def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:
     """Fit the groups of one machine with one K/V cache size for all of them.
 
     A cache is the machine's, not a backend's, and one group's ~20 cells could pick a size
     by chance: the size (or none) is the one of :data:`CACHE_CANDIDATES` with the smallest
-    relative residuals summed over the machine's groups.
+    relative residuals summed over the machine's groups. Groups with fewer than
+    :data:`MIN_CELLS` cells are left out (see :func:`underdetermined`).
     """
+    groups = {k: g for k, g in groups.items() if len(g) >= MIN_CELLS}
     fits = [{key: fit_cells(cells, key, kv_cache) for key, cells in groups.items()}
             for kv_cache in (None, *CACHE_CANDIDATES)]
     return fits[_pick([sum(m.loss for m in models.values()) for models in fits])]
@@ -217,114 +268,58 @@ def _pick(losses: Sequence[float]) -> int:
     them, so the data cannot tell them apart) the middle one of them, not the edge next to
     the cells on one side."""
     best = min(losses[1:], default=losses[0])
-    if not best < losses[0] * (1 - 1e-9):
+    if not best < losses[0] * (1 - 1e-9) - LOSS_TIE:
         return 0
-    tied = [i for i, loss in enumerate(losses) if i and loss <= best * (1 + 1e-9)]
+    tied = [i for i, loss in enumerate(losses) if i and loss <= best * (1 + 1e-9) + LOSS_TIE]
     return tied[len(tied) // 2]
 
 
-def fit_models(frame: pd.DataFrame) -> dict[tuple[str, ...], TimeModel]:
-    """One model per machine x framework x backend x device x dtype with >= 2 cells."""
+def groups(frame: pd.DataFrame) -> dict[Key, pd.DataFrame]:
+    """The timed cells of each machine x framework x backend x device x dtype."""
     cells = timing_cells(frame)
-    groups = {tuple(map(str, key)): group
-              for key, group in cells.groupby(list(GROUP_KEY), sort=True) if len(group) >= 2}
+    if cells.empty:
+        return {}
+    return {tuple(map(str, key)): group
+            for key, group in cells.groupby(list(GROUP_KEY), sort=True)}
+
+
+def fit_models(frame: pd.DataFrame) -> dict[Key, TimeModel]:
+    """One model per group with at least :data:`MIN_CELLS` cells."""
+    by_group = groups(frame)
     models = {}
-    for machine in sorted({key[0] for key in groups}):
-        models.update(fit_machine({k: g for k, g in groups.items() if k[0] == machine}))
+    for machine in sorted({key[0] for key in by_group}):
+        models.update(fit_machine({k: g for k, g in by_group.items() if k[0] == machine}))
     return models
 
 
-def select_model(models: Mapping[tuple[str, ...], TimeModel], config: AttentionConfig,
-                 machine: str | None = None) -> TimeModel:
+def underdetermined(frame: pd.DataFrame) -> dict[Key, int]:
+    """Groups too small for any model, with their number of cells."""
+    return {k: len(g) for k, g in groups(frame).items() if len(g) < MIN_CELLS}
+
+
+def select_model(models: Mapping[Key, TimeModel], config: AttentionConfig,
+                 machine: str | None = None,
+                 too_small: Mapping[Key, int] | None = None) -> TimeModel:
     """The model that predicts ``config`` (on ``machine``, or the only machine there is);
-    a ValueError names what is missing and what is available."""
-    machines = sorted({k[0] for k in models})
+    a ValueError names what is missing and what is available (``too_small``: the
+    under-determined groups, named as such)."""
+    too_small = too_small or {}
+    machines = sorted({k[0] for k in (*models, *too_small)})
     if not machines:
         raise ValueError("no time model could be fitted: the results hold no group with "
-                         "at least 2 timed attention cells")
+                         f"at least {MIN_CELLS} timed attention cells")
     if machine is None:
         if len(machines) > 1:
             raise ValueError(f"results hold several machines ({', '.join(machines)}); "
                              "choose one with --machine")
         machine = machines[0]
     key = (machine, config.framework, config.backend, config.device, config.dtype)
+    if key in too_small:
+        raise ValueError(f"{'/'.join(key[1:])} on machine {machine!r} has {too_small[key]} "
+                         f"timed cell(s), fewer than the {MIN_CELLS} the simplest model "
+                         "needs: under-determined, not fitted")
     if key not in models:
         have = ", ".join("/".join(k[1:]) for k in sorted(models) if k[0] == machine)
         raise ValueError(f"no time model for framework/backend/device/dtype "
                          f"{'/'.join(key[1:])} on machine {machine!r}; fitted: {have or 'none'}")
     return models[key]
-
-
-# ----- accuracy on left-out cells ---------------------------------------------------------
-def leave_out(frame: pd.DataFrame, folds: int = FOLDS) -> pd.DataFrame:
-    """K-fold leave-out per group: fit without every K-th cell, predict the left-out ones.
-
-    Also predicts them with the plain FLOP model at one rate (the training cells' median
-    FLOP/s), the baseline the calibrated model must beat. One row per predicted cell.
-    """
-    groups = {}
-    for key, group in timing_cells(frame).groupby(list(GROUP_KEY), sort=True):
-        group = group.sort_values(["n", "d", "heads", "config_id"]).reset_index(drop=True)
-        k = min(folds, len(group))
-        if len(group) - -(-len(group) // k) < len(FEATURES):
-            continue  # too few cells to fit without a fold
-        groups[tuple(map(str, key))] = (group, np.arange(len(group)) % k)
-    rows = []
-    for machine in sorted({key[0] for key in groups}):
-        mine = {key: v for key, v in groups.items() if key[0] == machine}
-        # Fold i of every group of the machine is left out together, so the machine's
-        # K/V cache size is fitted without any of the cells predicted.
-        for i in range(max(fold.max() + 1 for _, fold in mine.values())):
-            train = {key: g[fold != i] for key, (g, fold) in mine.items()}
-            models = fit_machine(train)
-            for key, (group, fold) in mine.items():
-                test = group[fold == i]
-                rate = float(np.median(train[key]["flops_model"].astype(float)
-                                       / train[key]["value"]))
-                for r in test.to_dict("records"):
-                    rows.append({**dict(zip(GROUP_KEY, key, strict=True)),
-                                 "config_id": r["config_id"], "heads": r["heads"],
-                                 "measured_s": r["value"],
-                                 "predicted_s": models[key].predict(config_from_row(r)),
-                                 "flop_rate_s": float(r["flops_model"]) / rate})
-    out = pd.DataFrame(rows, columns=[*GROUP_KEY, "config_id", "heads", "measured_s",
-                                      "predicted_s", "flop_rate_s"])
-    out["rel_error"] = (out["predicted_s"] / out["measured_s"] - 1).abs()
-    out["flop_rate_rel_error"] = (out["flop_rate_s"] / out["measured_s"] - 1).abs()
-    return out
-
-
-def error_summary(errors: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """Median and worst relative error of both models, overall or per group."""
-    def summary(g: pd.DataFrame) -> pd.Series:
-        return pd.Series({"cells": len(g), "median_rel_error": g["rel_error"].median(),
-                          "worst_rel_error": g["rel_error"].max(),
-                          "flop_rate_median_rel_error": g["flop_rate_rel_error"].median(),
-                          "flop_rate_worst_rel_error": g["flop_rate_rel_error"].max()})
-    if errors.empty:
-        return pd.DataFrame(columns=[*by, "cells", "median_rel_error", "worst_rel_error",
-                                     "flop_rate_median_rel_error", "flop_rate_worst_rel_error"])
-    if not by:
-        return summary(errors).to_frame().T
-    return errors.groupby(list(by)).apply(summary, include_groups=False).reset_index()
-
-
-# ----- decomposition of a head sweep ------------------------------------------------------
-def decompose(model: TimeModel, sweep: pd.DataFrame) -> dict[str, Any]:
-    """Split a head sweep's times into the model's terms.
-
-    Returns the terms at each h, R^2 of the model on the sweep, and each term's share of
-    the h-trend: its change from the smallest to the largest h over the total change of
-    the model's time (FLOPs do not change with h at fixed d, so their share is ~0).
-    """
-    sweep = sweep.sort_values("heads")
-    configs = [config_from_row(r) for r in sweep.to_dict("records")]
-    terms = pd.DataFrame([model.terms(c) for c in configs], index=sweep["heads"].to_numpy())
-    measured = sweep["value"].to_numpy(dtype=float)
-    predicted = terms.sum(axis=1).to_numpy()
-    change = terms.iloc[-1] - terms.iloc[0]
-    total = float(change.sum())
-    shares = {f: (float(change[f]) / total if total > 0 else float("nan")) for f in FEATURES}
-    return {"terms": terms, "measured": measured, "predicted": predicted,
-            "r2": r_squared(measured, predicted), "shares": shares,
-            "trend_measured_s": float(measured[-1] - measured[0]), "trend_model_s": total}
