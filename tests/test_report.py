@@ -13,8 +13,8 @@ import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
 from mhabench.cli import main
-from mhabench.report import SECTION_IDS, build_report, write_report
-from mhabench.report_sections import profile_section
+from mhabench.report.build import SECTION_IDS, build_report, write_report
+from mhabench.report.sections_profile import profile_section
 from mhabench.results import load_results
 
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
@@ -100,15 +100,15 @@ def test_sections_hold_the_numbers(evil_results: Path) -> None:
                        & (newest["batch"] == int(r["shape"].split()[0][1:]))
                        & (newest["d"] == int(r["shape"].split()[3][1:]))]
         assert r["slowest/fastest"] == pytest.approx(sweep["value"].max() / sweep["value"].min())
-    # the second commit made every h=64 cell 1.5x slower: exactly those are flagged
-    flagged = sections["regressions"].tables[0].frame
-    slower = flagged[flagged["change"] == "slower (worse)"]
-    assert len(slower) == len(newest[newest["heads"] == 64])
-    assert slower["cell"].str.contains("heads=64").all()
-    assert "1.1" in " ".join(sections["regressions"].text)
+    # the second commit made every h=64 cell 1.5x slower, but with one sample per commit
+    # and no CIs nothing can confirm it: no cell is confirmed (the rule needs samples)
+    regressions = sections["regressions"]
+    assert "1.1x" in " ".join(regressions.text) and "is_different" in " ".join(regressions.text)
+    if regressions.tables:
+        assert (regressions.tables[0].frame["confirmed"] != True).all()  # noqa: E712
     # absent data: one line, no failure
     for sid in ("self-vs-cross", "mha-gqa-mqa", "decoding", "forward-backward",
-                "torch-vs-jax", "machines", "profile"):
+                "torch-vs-jax", "machines", "profile", "memory-and-track", "validation"):
         assert sections[sid].absent and "\n" not in sections[sid].absent
     assert "leave-out" in " ".join(sections["time-model"].text).lower()
 
@@ -154,7 +154,7 @@ def test_profile_section_pivots_region_shares() -> None:
                              "kv_heads": h, "region": region, "time_s": value / 100,
                              "share": value / total,
                              "fused_group": fused if region != "projections" else ""})
-    from mhabench.report_sections import Context
+    from mhabench.report.context import Context
 
     ctx = Context(None, pd.DataFrame(), pd.DataFrame(), {}, pd.DataFrame(rows), 1.1)
     section = profile_section(ctx)

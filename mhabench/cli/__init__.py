@@ -13,10 +13,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mhabench.cli import cost, predict, profile, report, time
+from mhabench.cli import cost, predict, profile, report, time, validate
 from mhabench.cli.common import CLIError, Parser
 
-COMMANDS = (cost, time, predict, report, profile)  # --help lists them in this order
+COMMANDS = (cost, time, predict, validate, report, profile)  # --help lists them in this order
 
 
 def build_parser() -> Parser:
