@@ -47,7 +47,7 @@ def scaling_section(ctx: Context) -> Section:
     table = pd.DataFrame([{k: v for k, v in r.items() if k != "_group"} for r in rows])
     keep = ["machine", "framework", "backend", "device", "mode", "batch", "heads", "n", "d",
             "axis", "values", "measured exponent", "FLOP model exponent"]
-    table = table[keep]
+    table = table.reindex(columns=keep)  # an n-only or d-only grid lacks the other column
     section = Section("", "", tables=[Table("exponents", "Fitted exponents: time ~ axis^k",
                                             table)], plots=plots)
     for axis in ("n", "d"):
