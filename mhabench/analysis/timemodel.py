@@ -123,13 +123,44 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "heads": float(config.heads * factor), "const": 1.0}
 
 
+@dataclass(frozen=True)
+class CellFeatures:
+    """The features of a set of cells, computed once: the matrix without the spill terms,
+    and what decides the spill terms for any cache size (so a fit can try every size
+    without rebuilding configs)."""
+
+    base: np.ndarray  # one row of FEATURES per cell; spill columns zero
+    map_bytes: np.ndarray  # bytes of each cell's attention map
+    stored_kv_bytes: np.ndarray  # bytes of each decode cell's stored K/V cache; 0 otherwise
+
+    @classmethod
+    def of(cls, cells: pd.DataFrame) -> CellFeatures:
+        configs = [config_from_row(r) for r in cells.to_dict("records")]
+        base = np.array([[feature_values(c)[f] for f in FEATURES] for c in configs],
+                        dtype=float).reshape(-1, len(FEATURES))
+        size = [DTYPE_BYTES[c.dtype] for c in configs]
+        maps = [cost(c).attention_map_elements * b for c, b in zip(configs, size, strict=True)]
+        kv = [c.batch * c.m * 2 * c.kv_heads * c.head_dim * b if c.mode == "decode" else 0
+              for c, b in zip(configs, size, strict=True)]
+        return cls(base, np.array(maps, dtype=float), np.array(kv, dtype=float))
+
+    def matrix(self, cache_bytes: float | None = None,
+               kv_cache_bytes: float | None = None) -> np.ndarray:
+        """The same as :func:`feature_values` row by row, for these cache sizes."""
+        X = self.base.copy()
+        if cache_bytes is not None:
+            spills = self.map_bytes > cache_bytes
+            X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
+        if kv_cache_bytes is not None:
+            spills = self.stored_kv_bytes > kv_cache_bytes
+            X[spills, FEATURES.index("kv_spill")] = X[spills, FEATURES.index("kv")]
+        return X
+
+
 def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None,
                    kv_cache_bytes: float | None = None) -> np.ndarray:
     """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
-    rows = [feature_values(config_from_row(r), cache_bytes, kv_cache_bytes)
-            for r in cells.to_dict("records")]
-    return np.array([[r[f] for f in FEATURES] for r in rows],
-                    dtype=float).reshape(-1, len(FEATURES))
+    return CellFeatures.of(cells).matrix(cache_bytes, kv_cache_bytes)
 
 
 def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -212,16 +243,19 @@ def _ranges(cells: pd.DataFrame) -> tuple[dict[str, tuple[int, int]],
 
 
 def fit_cells(cells: pd.DataFrame, key: Key = (),
-              kv_cache_bytes: float | None = None) -> TimeModel:
+              kv_cache_bytes: float | None = None,
+              features_of: CellFeatures | None = None) -> TimeModel:
     """Fit one :class:`TimeModel` to cells of one group, with the K/V spill term starting
     at ``kv_cache_bytes`` (a machine's, see :func:`fit_machine`): the richest model of
     :data:`FEATURE_SETS` with fewer coefficients than cells. Raises
-    :class:`UnderDetermined` when even the simplest has as many coefficients as cells."""
+    :class:`UnderDetermined` when even the simplest has as many coefficients as cells.
+    ``features_of``: the cells' features if already computed."""
     t = cells["value"].to_numpy(dtype=float)
+    table = features_of if features_of is not None else CellFeatures.of(cells)
     for features in FEATURE_SETS:
         best = None
         for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
-            X = feature_matrix(cells, cache, kv_cache_bytes)
+            X = table.matrix(cache, kv_cache_bytes)
             used = [i for i, f in enumerate(FEATURES) if f in features and X[:, i].any()]
             if len(used) >= len(cells):
                 continue  # as many coefficients as cells: an exact fit that proves nothing
@@ -257,7 +291,8 @@ def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:
     :data:`MIN_CELLS` cells are left out (see :func:`underdetermined`).
     """
     groups = {k: g for k, g in groups.items() if len(g) >= MIN_CELLS}
-    fits = [{key: fit_cells(cells, key, kv_cache) for key, cells in groups.items()}
+    tables = {k: CellFeatures.of(g) for k, g in groups.items()}
+    fits = [{key: fit_cells(cells, key, kv_cache, tables[key]) for key, cells in groups.items()}
             for kv_cache in (None, *CACHE_CANDIDATES)]
     return fits[_pick([sum(m.loss for m in models.values()) for models in fits])]
 
