@@ -131,6 +131,34 @@ def test_decomposition_verdict_names_the_term_that_grows(tmp_path: Path, map_coe
     assert (table["R^2 on sweep"] > 0.999).all()
 
 
+def test_decomposition_names_no_share_where_the_model_misses_the_sweep(tmp_path: Path) -> None:
+    """The chapter's sweep alone runs 2x slower at h=64 (a cost none of the model's terms
+    has): the group's fit misses it there, so its verdict names no share but the part of
+    the measured trend left unexplained, and the residual at each h shows where."""
+    chapter = (8, 512, 256, 64)
+    root = write_results(tmp_path / "r", time_of=lambda c, i: synthetic_time(c) * (
+        2 if (c.batch, c.n, c.d, c.heads) == chapter else 1))
+    section = next(s for s in build_report(load_results(root), log=lambda m: None).sections
+                   if s.id == "per-head-decomposition")
+    table = section.tables[0].frame
+    row = table[table["shape"] == "b8 n512 m512 d256"].iloc[0]
+    assert not row["good fit"] and row["R^2 on sweep"] < 0.9
+    assert pd.isna(row["share map (%)"]) and pd.isna(row["share heads (%)"])
+    unexplained = 100 * (1 - row["trend model (ms)"] / row["trend measured (ms)"])
+    assert row["trend unexplained (%)"] == pytest.approx(unexplained) and unexplained > 20
+    verdict = section.text[-1]
+    assert verdict.startswith("torch/batched: the model does not fit this sweep")
+    assert f"leave {unexplained:.0f}% of the measured h-trend unexplained" in verdict
+    assert "explains" not in verdict
+    residuals = section.tables[1].frame
+    chapter_rows = residuals[residuals["shape"] == "b8 n512 m512 d256"].set_index("h")
+    assert chapter_rows.loc[64, "residual (%)"] < -20
+    assert (chapter_rows.drop(index=64)["residual (%)"].abs() < 5).all()
+    # the sweeps the model does fit keep their shares
+    fitted = table[table["good fit"]]
+    assert len(fitted) >= 10 and fitted["share map (%)"].notna().all()
+
+
 def test_every_section_says_in_one_line_when_its_data_is_absent(tmp_path: Path) -> None:
     root = write_results(tmp_path / "r", time_of=lambda c, i: float("nan"))  # all cells n/a
     report = build_report(load_results(root), log=lambda m: None)
