@@ -117,10 +117,9 @@ def _log_int(rng: np.random.Generator, lo: float, hi: float) -> int:
     return max(1, round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
-def _widened(cells: pd.DataFrame, values: pd.Series | None = None,
-             name: str = "") -> tuple[float, float]:
-    series = cells[name] if values is None else values
-    return float(series.min()) / WIDEN, float(series.max()) * WIDEN
+def _box(values: pd.Series) -> tuple[float, float]:
+    """The range a random draw spans: the fitted values' range widened by WIDEN."""
+    return float(values.min()) / WIDEN, float(values.max()) * WIDEN
 
 
 def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame
@@ -135,20 +134,20 @@ def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame
     mode = str(rng.choice(list(model.seen["mode"])))
     mine = cells[cells["mode"] == mode]
     _, framework, backend, device, dtype = model.key
-    heads = _log_int(rng, *_widened(mine, name="heads"))
-    p = _log_int(rng, *_widened(mine, mine["d"] // mine["heads"]))
+    heads = _log_int(rng, *_box(mine["heads"]))
+    p = _log_int(rng, *_box(mine["d"] // mine["heads"]))
     kv_heads = heads
     if backend != "reference" and rng.random() < 0.5:
         kv_heads = int(rng.choice([g for g in range(1, heads + 1) if heads % g == 0]))
-    n = _log_int(rng, *_widened(mine, name="n"))
+    n = _log_int(rng, *_box(mine["n"]))
     cross = bool(rng.random() < 0.4)
     # A decode step's n new tokens attend over m cached ones: m is its own draw there.
-    m = _log_int(rng, *_widened(mine, name="m")) if cross or mode == "decode" else n
+    m = _log_int(rng, *_box(mine["m"])) if cross or mode == "decode" else n
     if cross and m == n:
         m = n + 1 + int(rng.integers(0, n))
     return AttentionConfig(
         framework=framework, backend=backend, device=device, dtype=dtype, mode=mode,
-        batch=_log_int(rng, *_widened(mine, name="batch")), n=n, m=m, d=heads * p,
+        batch=_log_int(rng, *_box(mine["batch"])), n=n, m=m, d=heads * p,
         heads=heads, kv_heads=kv_heads, cross=cross, masked=bool(rng.random() < 0.3))
 
 
