@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         validation = load_validation(args.validation)
     if args.traces is not None and not Path(args.traces).is_dir():
         raise CLIError(f"--traces {args.traces!r} is not a folder")
+    if not Path(args.repo).is_dir():
+        raise CLIError(f"--repo {args.repo!r} is not a folder; give the git checkout whose "
+                       "history orders the commits")
     progress(f"loading {args.results}")
     results = load_results(args, "report")
     traces = None
