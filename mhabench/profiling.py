@@ -20,7 +20,7 @@ import json
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -80,7 +80,7 @@ def profile_config(config: AttentionConfig, logdir: str | Path,
         else:
             regions, extra = _trace_jax(config, step, Path(logdir), target, steps)
         meta = {"config": config.to_dict(), "config_id": config.id, "regions": list(regions),
-                "steps": steps, "created": datetime.now(timezone.utc).isoformat(), **extra}
+                "steps": steps, "created": datetime.now(UTC).isoformat(), **extra}
         (target / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)  # only the folder this call created

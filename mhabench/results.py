@@ -34,8 +34,10 @@ COST_COLUMNS = tuple(cost(AttentionConfig()).as_dict())
 STAT_COLUMNS = {"stats_q_25": "q25", "stats_q_75": "q75", "stats_ci_99_a": "ci99_lo",
                 "stats_ci_99_b": "ci99_hi", "stats_number": "number",
                 "stats_repeat": "repeat"}
+# ``samples``: the cell's raw samples (a tuple; asv run --record-samples) or None, for the
+# regression section's significance test.
 BASE_COLUMNS = ("machine", "commit", "date", "env_name", "file", "benchmark", "kind", "unit",
-                "cell", "value", *STAT_COLUMNS.values())
+                "cell", "value", *STAT_COLUMNS.values(), "samples")
 # A benchmark whose params name this field times an attention config; fields its params
 # do not record take AttentionConfig's defaults (the chapter's batch 8, n 512, d 256),
 # with a warning, since the results alone cannot tell what the benchmark fixed.
@@ -120,6 +122,17 @@ def _column(row: dict[str, Any], key: str, index: int) -> Any:
     return value if _finite(value) else None
 
 
+def _samples(row: dict[str, Any], index: int) -> tuple[float, ...] | None:
+    values = row.get("samples")
+    if not isinstance(values, list) or index >= len(values):
+        return None
+    cell = values[index]
+    if not isinstance(cell, list):
+        return None
+    kept = tuple(float(v) for v in cell if _finite(v))
+    return kept or None
+
+
 def _read_json(path: Path, root: Path, warnings: list[str]) -> Any:
     try:
         with path.open(encoding="utf-8") as fh:
@@ -201,6 +214,7 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
             continue
         record = {**base, "cell": label, "value": float(result[index]),
                   **{col: _column(row, key, index) for key, col in STAT_COLUMNS.items()},
+                  "samples": _samples(row, index),
                   **{(k if k in CONFIG_FIELDS else f"param_{k}"): v for k, v in cell.items()}}
         if config is not None:
             record.update(config.to_dict(), config_id=config.id, variant=config.variant,

@@ -52,6 +52,11 @@ def test_cost_table_and_kv_heads_default(capsys):
     (["time", "--threads", "0", *TINY], "threads=0 is not allowed"),
     (["cost", "--batch", "many"], "argument --batch: invalid int value: 'many'"),
     (["cost", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["profile"], "give --logdir DIR to write traces or --summary DIR"),
+    (["profile", "--steps", "x"], "argument --steps: invalid int value: 'x'"),
+    (["profile", "--summary", "/nonexistent-mhabench-dir"], "/nonexistent-mhabench-dir"),
+    (["predict"], "the following arguments are required: --results"),
+    ([], "the following arguments are required: command"),
 ])
 def test_bad_flags_give_one_line_and_exit_2(args, message):
     if "cuda" in args:
@@ -63,7 +68,22 @@ def test_bad_flags_give_one_line_and_exit_2(args, message):
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(("mhabench", "usage"))
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mhabench {args[0]}: error:" if args
+                                                    else "mhabench: error:"), lines
+
+
+def test_module_and_console_script_give_the_same_one_line_error():
+    """``python -m mhabench.cli`` loads the package once: a CLIError raised in a subcommand
+    module is the one main() catches (a second copy of the module would let it escape
+    as a traceback)."""
+    script = Path(sys.executable).parent / "mhabench"
+    as_module = run_cli("profile")
+    as_script = subprocess.run([str(script), "profile"], capture_output=True, text=True,
+                               timeout=300)
+    assert as_module.returncode == as_script.returncode == 2
+    assert as_module.stderr == as_script.stderr
+    assert as_module.stderr.count("\n") == 1 and "Traceback" not in as_module.stderr
 
 
 def test_time_json_through_the_console_script():

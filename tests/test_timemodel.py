@@ -11,19 +11,20 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
-from mhabench.cli import main
-from mhabench.config import AttentionConfig
-from mhabench.results import load_results
-from mhabench.timemodel import (
+from mhabench.analysis.timemodel import (
     FEATURES,
-    error_summary,
+    CellFeatures,
     feature_values,
     fit_machine,
     fit_models,
-    leave_out,
     nnls,
     select_model,
+    underdetermined,
 )
+from mhabench.analysis.validation import error_summary, leave_out
+from mhabench.cli import main
+from mhabench.config import AttentionConfig
+from mhabench.results import load_results
 
 KEY = ("synth", "torch", "batched", "cpu", "float32")
 
@@ -171,3 +172,72 @@ def test_predict_cli_json_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert out["predicted_s"] == pytest.approx(model.predict(config))
     assert out["predicted_s"] == pytest.approx(sum(out["terms"].values()))
     assert out["predicted_s"] == pytest.approx(synthetic_time(config), rel=0.1)
+
+
+def test_cell_features_match_feature_values_at_every_cache_size() -> None:
+    configs = [AttentionConfig(backend=b, mode=mode, batch=bt, n=1 if mode == "decode" else n,
+                               m=m, d=256, heads=h, kv_heads=kv)
+               for b in ("batched", "fused") for mode in ("forward", "train", "decode")
+               for bt, n, m in ((2, 512, 512), (8, 1024, 1024)) for h, kv in ((16, 4), (4, 4))]
+    cells = pd.DataFrame([{**vars(c), "config_id": c.id} for c in configs])
+    table = CellFeatures.of(cells)
+    for cache, kv_cache in ((None, None), (2**20, None), (None, 2**20), (8 * 2**20, 2**22)):
+        expected = [[feature_values(c, cache, kv_cache)[f] for f in FEATURES] for c in configs]
+        assert np.array_equal(table.matrix(cache, kv_cache), np.array(expected))
+
+
+@pytest.mark.parametrize("heads, features", [
+    ((1, 2, 4, 8, 16, 32, 64), ("flops", "map", "kv", "heads", "const")),
+    ((1, 2, 4, 8, 16), ("flops", "map", "const")),  # 5 cells: 5 base terms would be exact
+    ((1, 2, 4), ("flops", "const")),
+])
+def test_a_group_never_fits_as_many_coefficients_as_it_has_cells(
+        tmp_path: Path, heads: tuple[int, ...], features: tuple[str, ...]) -> None:
+    root = write_results(tmp_path / "r", params=grid()[:2] + [[2], [128], [256], list(heads)]
+                         + grid()[6:])
+    model = fit_models(load_results(root).frame)[KEY]
+    assert model.features == features and model.cells == len(heads)
+    assert len(model.features) < model.cells
+    assert model.reduced == (len(features) < 5)
+    assert all(model.coef[f] == 0 for f in FEATURES if f not in features)
+
+
+def test_a_group_too_small_for_any_model_is_reported_not_fitted(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = write_results(tmp_path / "r", params=grid()[:2] + [[2], [128], [256], [1, 8]]
+                         + grid()[6:])
+    frame = load_results(root).frame
+    assert KEY not in fit_models(frame) and underdetermined(frame) == {KEY: 2}
+    assert main(["predict", "--results", str(root), "--heads", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 timed cell(s), fewer than the 3" in err[0]
+    assert "under-determined, not fitted" in err[0]
+
+
+def test_predict_marks_every_extrapolation(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture) -> None:
+    root = write_results(tmp_path / "r", noise=0.02, seed=6)  # batch 2-8, n 128-512, d 64-256
+    model = fit_models(load_results(root).frame)[KEY]
+    assert model.ranges == {"batch": (2, 8), "n": (128, 512), "m": (128, 512), "d": (64, 256),
+                            "heads": (1, 64), "kv_heads": (1, 64)}
+    inside = AttentionConfig(batch=4, n=384, d=192, heads=3)  # off the grid, inside the box
+    assert model.extrapolation(inside) == []
+    outside = AttentionConfig(batch=1, n=1024, d=192, heads=3, kv_heads=1, masked=True,
+                              mode="train")
+    assert model.extrapolation(outside) == [
+        "batch=1 outside fitted 2-8", "n=1024 outside fitted 128-512",
+        "m=1024 outside fitted 128-512", "mode=train not fitted (only forward)",
+        "masked=True not fitted (only False)"]
+    assert main(["predict", "--results", str(root), "--batch", "1", "-n", "1024", "-d", "192",
+                 "--heads", "3", "--kv-heads", "1", "--masked", "--mode", "train",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["extrapolation"] == model.extrapolation(outside)
+    warnings = [line for line in captured.err.splitlines() if "extrapolation" in line]
+    assert len(warnings) == 5 and all(w.startswith("mhabench predict: warning:")
+                                      for w in warnings)
+    assert main(["predict", "--results", str(root), "--batch", "4", "-n", "384", "-d", "192",
+                 "--heads", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "EXTRAPOLATED" not in captured.out and "extrapolation" not in captured.err

@@ -1,5 +1,5 @@
 """``mhabench profile``: write traces (``--logdir``) or print their region breakdown
-(``--summary``). Loaded by :mod:`mhabench.cli` through :func:`add_cli_commands`."""
+(``--summary``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import json
 import sys
 from typing import Any
 
-from mhabench.cli import CLIError, add_config_args, configs_from_args
+from mhabench.cli.common import CLIError, add_config_args, configs_from_args
 from mhabench.config import FRAMEWORKS, AttentionConfig
 
 FRAMEWORK_CHOICES = (*FRAMEWORKS, "both")
 
 
-def add_cli_commands(sub: Any) -> None:
+def add_command(sub: Any) -> None:
     p = sub.add_parser(
         "profile", help="trace configs for TensorBoard, or summarise saved traces by region",
         description="Write a torch.profiler and a jax.profiler trace per config into --logdir "
@@ -36,7 +36,7 @@ def add_cli_commands(sub: Any) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="with --summary: JSON records")
     out.add_argument("--csv", action="store_true", help="with --summary: CSV")
-    p.set_defaults(func=cmd_profile)
+    p.set_defaults(func=run)
 
 
 def profile_configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]:
@@ -52,7 +52,7 @@ def profile_configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]
     return configs
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if (args.logdir is None) == (args.summary is None):
         raise CLIError("give --logdir DIR to write traces or --summary DIR to read them "
                        "(one of the two)")

@@ -1,0 +1,360 @@
+"""A calibrated time model: measured time as a non-negative sum of cost-model terms.
+
+For one machine x framework x backend x device x dtype, a config's time is modelled as
+
+    t = c_flops * flops_model + c_map * map_elements + c_spill * spilled_map_elements
+        + c_kv * kv_elements + c_kv_spill * spilled_kv_elements + c_heads * heads + c_const
+
+``flops_model`` is the chapter's FLOP count, ``map_elements`` the ``batch * h * n * m``
+attention-map elements each step writes and reads, ``spilled_map_elements`` the same count
+for steps whose map is larger than a cache size (0 otherwise: an element that spills to
+memory costs more than one that stays in cache), ``kv_elements`` the key and value
+elements the attention step reads (``batch * m * 2 * width``: in a decode step the KV
+cache itself, which the FLOP count leaves out entirely, since a one-token step is bound by
+reading the cache, not by its few FLOPs; ``width`` is the key/value width ``h_kv * d/h``,
+or ``d`` for backends that materialise K/V repeated to every query head, see
+:data:`REPEATS_KV`), ``spilled_kv_elements`` the same count for decode steps whose stored
+K/V cache (``batch * m * 2 * h_kv * d/h`` elements) is larger than a cache size (a decode
+step re-reads the cache every call; it stays in a CPU cache between calls only while it
+fits; forward K/V are fresh activations), ``heads`` a fixed cost per head (dispatch,
+kernel launches); a training step multiplies the map, K/V and head terms by the cost model's
+``TRAIN_FACTOR`` as it does the FLOPs. The map's cache size is calibrated per
+group too: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one
+with the smallest relative residuals. The K/V cache size is a machine's, chosen the same
+way over all its groups together (:func:`fit_machine`); few decode cells per group could
+otherwise pick one by chance. The
+coefficients are fitted by non-negative least squares on *relative* residuals (each row
+divided by its measured time), so a 2 ms cell counts as much as a 2 s one. A group gets
+the full model only when it has more cells than the model has coefficients (those whose
+feature is not zero on every cell); otherwise the next simpler model of
+:data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
+under-determined (:class:`UnderDetermined`), not fitted. Each model records the ranges of
+the configs it was fitted on, and :meth:`TimeModel.extrapolation` names every field of a
+config outside them. The per-head split of a head sweep is in
+:mod:`mhabench.analysis.decomposition`, the accuracy checks in
+:mod:`mhabench.analysis.validation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.optimize
+
+from mhabench.config import DTYPE_BYTES, AttentionConfig
+from mhabench.cost import TRAIN_FACTOR, cost
+from mhabench.results import config_from_row, latest
+
+FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
+FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
+                  "spill": "attention map beyond cache",
+                  "kv": "keys/values read (batch*m*2*width)",
+                  "kv_spill": "keys/values beyond cache", "heads": "per-head fixed cost",
+                  "const": "fixed per call"}
+# The models a group may get, richest first: the first with fewer coefficients than the
+# group has cells is fitted (the spill terms count only where a cache size makes them
+# non-zero). FLOPs + constant is the plain roofline: one rate and a call overhead.
+FEATURE_SETS: tuple[tuple[str, ...], ...] = (
+    FEATURES,
+    ("flops", "map", "kv", "heads", "const"),
+    ("flops", "map", "const"),
+    ("flops", "const"),
+)
+MIN_CELLS = len(FEATURE_SETS[-1]) + 1  # one residual left over for the simplest model
+# Config fields whose fitted range a model records; a config outside any is extrapolated.
+RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
+# Categorical fields: a value the fit never saw is an extrapolation too.
+SEEN_FIELDS = ("mode", "cross", "masked")
+# Backends whose grouped-query path copies each key/value head to its g query heads
+# (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
+# h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
+# kernels take grouped K/V directly: they read the h_kv-wide tensors.
+REPEATS_KV = frozenset({"batched"})
+# Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
+CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
+GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
+# Losses (sums of squared relative residuals) closer than this are a tie: on exact data the
+# solver's rounding would otherwise let a useless cache size "earn" its place.
+LOSS_TIE = 1e-12
+
+Key = tuple[str, ...]
+
+
+class UnderDetermined(ValueError):
+    """A group with too few cells for even the simplest model: not fitted."""
+
+
+def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||A x - b||_2 subject to x >= 0, by :func:`scipy.optimize.nnls`.
+
+    Columns are scaled to unit norm first: the features differ by ten orders of
+    magnitude (FLOPs vs a constant), which would otherwise swamp the solver's tolerances.
+    """
+    A = np.asarray(A, dtype=float)
+    norms = np.linalg.norm(A, axis=0)
+    norms[norms == 0] = 1.0
+    x, _ = scipy.optimize.nnls(A / norms, np.asarray(b, dtype=float))
+    return x / norms
+
+
+def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
+                   kv_cache_bytes: float | None = None) -> dict[str, float]:
+    """The model's features for one config (see the module docstring); no spill term
+    when ``cache_bytes`` is None, no K/V spill term when ``kv_cache_bytes`` is None."""
+    terms = cost(config)
+    factor = TRAIN_FACTOR if config.mode == "train" else 1
+    elements = float(terms.attention_map_elements * factor)
+    map_bytes = terms.attention_map_elements * DTYPE_BYTES[config.dtype]
+    spills = cache_bytes is not None and map_bytes > cache_bytes
+    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
+    kv = float(config.batch * config.m * 2 * width * factor)
+    # A decode step re-reads the stored K/V cache (h_kv wide) every call: it stays in a
+    # cache between calls only while it fits. Forward K/V are fresh activations.
+    stored = config.batch * config.m * 2 * config.kv_heads * config.head_dim
+    kv_spills = (config.mode == "decode" and kv_cache_bytes is not None
+                 and stored * DTYPE_BYTES[config.dtype] > kv_cache_bytes)
+    return {"flops": float(terms.flops_model), "map": elements,
+            "spill": elements if spills else 0.0, "kv": kv,
+            "kv_spill": kv if kv_spills else 0.0,
+            "heads": float(config.heads * factor), "const": 1.0}
+
+
+@dataclass(frozen=True)
+class CellFeatures:
+    """The features of a set of cells, computed once: the matrix without the spill terms,
+    and what decides the spill terms for any cache size (so a fit can try every size
+    without rebuilding configs)."""
+
+    base: np.ndarray  # one row of FEATURES per cell; spill columns zero
+    map_bytes: np.ndarray  # bytes of each cell's attention map
+    stored_kv_bytes: np.ndarray  # bytes of each decode cell's stored K/V cache; 0 otherwise
+
+    @classmethod
+    def of(cls, cells: pd.DataFrame) -> CellFeatures:
+        configs = [config_from_row(r) for r in cells.to_dict("records")]
+        base = np.array([[feature_values(c)[f] for f in FEATURES] for c in configs],
+                        dtype=float).reshape(-1, len(FEATURES))
+        size = [DTYPE_BYTES[c.dtype] for c in configs]
+        maps = [cost(c).attention_map_elements * b for c, b in zip(configs, size, strict=True)]
+        kv = [c.batch * c.m * 2 * c.kv_heads * c.head_dim * b if c.mode == "decode" else 0
+              for c, b in zip(configs, size, strict=True)]
+        return cls(base, np.array(maps, dtype=float), np.array(kv, dtype=float))
+
+    def matrix(self, cache_bytes: float | None = None,
+               kv_cache_bytes: float | None = None) -> np.ndarray:
+        """The same as :func:`feature_values` row by row, for these cache sizes."""
+        X = self.base.copy()
+        if cache_bytes is not None:
+            spills = self.map_bytes > cache_bytes
+            X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
+        if kv_cache_bytes is not None:
+            spills = self.stored_kv_bytes > kv_cache_bytes
+            X[spills, FEATURES.index("kv_spill")] = X[spills, FEATURES.index("kv")]
+        return X
+
+
+def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None,
+                   kv_cache_bytes: float | None = None) -> np.ndarray:
+    """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
+    return CellFeatures.of(cells).matrix(cache_bytes, kv_cache_bytes)
+
+
+def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
+    total = float(np.sum((measured - measured.mean()) ** 2))
+    if total == 0:
+        return float("nan")
+    return 1.0 - float(np.sum((measured - predicted) ** 2)) / total
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Fitted coefficients (seconds per unit of each feature) for one group of cells."""
+
+    key: Key  # values of GROUP_KEY
+    coef: dict[str, float]  # every feature; 0 for those outside ``features``
+    cache_bytes: float | None  # map size beyond which the spill term applies
+    kv_cache_bytes: float | None  # K/V size beyond which the K/V spill term applies
+    cells: int
+    r2: float
+    median_rel_error: float  # in-sample
+    separable: bool  # map and per-head terms distinguishable (several batch*n*m)
+    loss: float  # sum of squared relative residuals, in-sample
+    features: tuple[str, ...] = FEATURES  # the terms fitted (non-zero columns)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # RANGE_FIELDS
+    seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # SEEN_FIELDS
+
+    @property
+    def reduced(self) -> bool:
+        """True when the group was too small for the full model's base terms."""
+        return not set(FEATURE_SETS[1]) <= set(self.features)
+
+    def terms(self, config: AttentionConfig) -> dict[str, float]:
+        values = feature_values(config, self.cache_bytes, self.kv_cache_bytes)
+        return {f: self.coef[f] * values[f] for f in FEATURES}
+
+    def predict(self, config: AttentionConfig) -> float:
+        return sum(self.terms(config).values())
+
+    def extrapolation(self, config: AttentionConfig) -> list[str]:
+        """Every way ``config`` lies outside what the model was fitted on (empty: inside)."""
+        out = []
+        for name, (lo, hi) in self.ranges.items():
+            value = getattr(config, name)
+            if not lo <= value <= hi:
+                out.append(f"{name}={value} outside fitted {lo}-{hi}")
+        for name, values in self.seen.items():
+            value = getattr(config, name)
+            if value not in values:
+                out.append(f"{name}={value} not fitted (only {', '.join(map(str, values))})")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dict(zip(GROUP_KEY, self.key, strict=True)), "cells": self.cells, "r2": self.r2,
+                "median_rel_error": self.median_rel_error, "separable": self.separable,
+                "features": list(self.features), "cache_bytes": self.cache_bytes,
+                "kv_cache_bytes": self.kv_cache_bytes,
+                "ranges": {k: list(v) for k, v in self.ranges.items()},
+                **{f"coef_{f}": self.coef[f] for f in FEATURES}}
+
+
+def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows a time model is fitted on: the newest time_ measurement of each attention
+    config cell, one row per (group, config) (the median where several benchmarks time
+    one config)."""
+    cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna()])
+    if cells.empty:
+        return cells
+    keep = [*GROUP_KEY, "config_id"]
+    return cells.groupby(keep, as_index=False, sort=True).agg(
+        {**{c: "first" for c in cells.columns if c not in (*keep, "value")},
+         "value": "median"})
+
+
+def _ranges(cells: pd.DataFrame) -> tuple[dict[str, tuple[int, int]],
+                                          dict[str, tuple[Any, ...]]]:
+    ranges = {f: (int(cells[f].min()), int(cells[f].max())) for f in RANGE_FIELDS}
+    seen = {f: tuple(sorted({v.item() if hasattr(v, "item") else v for v in cells[f]}))
+            for f in SEEN_FIELDS}
+    return ranges, seen
+
+
+def fit_cells(cells: pd.DataFrame, key: Key = (),
+              kv_cache_bytes: float | None = None,
+              features_of: CellFeatures | None = None) -> TimeModel:
+    """Fit one :class:`TimeModel` to cells of one group, with the K/V spill term starting
+    at ``kv_cache_bytes`` (a machine's, see :func:`fit_machine`): the richest model of
+    :data:`FEATURE_SETS` with fewer coefficients than cells. Raises
+    :class:`UnderDetermined` when even the simplest has as many coefficients as cells.
+    ``features_of``: the cells' features if already computed."""
+    t = cells["value"].to_numpy(dtype=float)
+    table = features_of if features_of is not None else CellFeatures.of(cells)
+    for features in FEATURE_SETS:
+        best = None
+        for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
+            X = table.matrix(cache, kv_cache_bytes)
+            used = [i for i, f in enumerate(FEATURES) if f in features and X[:, i].any()]
+            if len(used) >= len(cells):
+                continue  # as many coefficients as cells: an exact fit that proves nothing
+            coef = np.zeros(len(FEATURES))
+            coef[used] = nnls(X[:, used] / t[:, None], np.ones(len(t)))
+            loss = float(np.sum((X @ coef / t - 1) ** 2))
+            if best is None or loss < best[0] * (1 - 1e-9) - LOSS_TIE:  # must earn its place
+                best = (loss, cache, X, coef, tuple(FEATURES[i] for i in used))
+        if best is not None:
+            break
+    else:
+        raise UnderDetermined(
+            f"{'/'.join(key) or 'this group'} has {len(cells)} timed cell(s); the simplest "
+            f"model ({' + '.join(FEATURE_SETS[-1])}) needs at least {MIN_CELLS}: "
+            "under-determined, not fitted")
+    loss, cache, X, coef, used = best
+    predicted = X @ coef
+    heads = FEATURES.index("heads")
+    separable = len(np.unique(np.round(X[:, 1] / X[:, heads]))) > 1
+    ranges, seen = _ranges(cells)
+    return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), cache,
+                     kv_cache_bytes, len(cells), r_squared(t, predicted),
+                     float(np.median(np.abs(predicted / t - 1))), separable, loss, used,
+                     ranges, seen)
+
+
+def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:
+    """Fit the groups of one machine with one K/V cache size for all of them.
+
+    A cache is the machine's, not a backend's, and one group's ~20 cells could pick a size
+    by chance: the size (or none) is the one of :data:`CACHE_CANDIDATES` with the smallest
+    relative residuals summed over the machine's groups. Groups with fewer than
+    :data:`MIN_CELLS` cells are left out (see :func:`underdetermined`).
+    """
+    groups = {k: g for k, g in groups.items() if len(g) >= MIN_CELLS}
+    tables = {k: CellFeatures.of(g) for k, g in groups.items()}
+    fits = [{key: fit_cells(cells, key, kv_cache, tables[key]) for key, cells in groups.items()}
+            for kv_cache in (None, *CACHE_CANDIDATES)]
+    return fits[_pick([sum(m.loss for m in models.values()) for models in fits])]
+
+
+def _pick(losses: Sequence[float]) -> int:
+    """Index of the best of (no cache, *CACHE_CANDIDATES) by loss: a cache size must earn
+    its place against none, and where several sizes fit equally (no cell lies between
+    them, so the data cannot tell them apart) the middle one of them, not the edge next to
+    the cells on one side."""
+    best = min(losses[1:], default=losses[0])
+    if not best < losses[0] * (1 - 1e-9) - LOSS_TIE:
+        return 0
+    tied = [i for i, loss in enumerate(losses) if i and loss <= best * (1 + 1e-9) + LOSS_TIE]
+    return tied[len(tied) // 2]
+
+
+def groups(frame: pd.DataFrame) -> dict[Key, pd.DataFrame]:
+    """The timed cells of each machine x framework x backend x device x dtype."""
+    cells = timing_cells(frame)
+    if cells.empty:
+        return {}
+    return {tuple(map(str, key)): group
+            for key, group in cells.groupby(list(GROUP_KEY), sort=True)}
+
+
+def fit_models(frame: pd.DataFrame) -> dict[Key, TimeModel]:
+    """One model per group with at least :data:`MIN_CELLS` cells."""
+    by_group = groups(frame)
+    models = {}
+    for machine in sorted({key[0] for key in by_group}):
+        models.update(fit_machine({k: g for k, g in by_group.items() if k[0] == machine}))
+    return models
+
+
+def underdetermined(frame: pd.DataFrame) -> dict[Key, int]:
+    """Groups too small for any model, with their number of cells."""
+    return {k: len(g) for k, g in groups(frame).items() if len(g) < MIN_CELLS}
+
+
+def select_model(models: Mapping[Key, TimeModel], config: AttentionConfig,
+                 machine: str | None = None,
+                 too_small: Mapping[Key, int] | None = None) -> TimeModel:
+    """The model that predicts ``config`` (on ``machine``, or the only machine there is);
+    a ValueError names what is missing and what is available (``too_small``: the
+    under-determined groups, named as such)."""
+    too_small = too_small or {}
+    machines = sorted({k[0] for k in (*models, *too_small)})
+    if not machines:
+        raise ValueError("no time model could be fitted: the results hold no group with "
+                         f"at least {MIN_CELLS} timed attention cells")
+    if machine is None:
+        if len(machines) > 1:
+            raise ValueError(f"results hold several machines ({', '.join(machines)}); "
+                             "choose one with --machine")
+        machine = machines[0]
+    key = (machine, config.framework, config.backend, config.device, config.dtype)
+    if key in too_small:
+        raise ValueError(f"{'/'.join(key[1:])} on machine {machine!r} has {too_small[key]} "
+                         f"timed cell(s), fewer than the {MIN_CELLS} the simplest model "
+                         "needs: under-determined, not fitted")
+    if key not in models:
+        have = ", ".join("/".join(k[1:]) for k in sorted(models) if k[0] == machine)
+        raise ValueError(f"no time model for framework/backend/device/dtype "
+                         f"{'/'.join(key[1:])} on machine {machine!r}; fitted: {have or 'none'}")
+    return models[key]

@@ -1,0 +1,262 @@
+"""How well the time model predicts cells it never saw.
+
+Two checks. :func:`leave_out` refits each group without every K-th cell of the grid and
+predicts those; the cells come from the same grid the model's terms were chosen on.
+:func:`random_validation` draws a seeded random sample of configs from a wider space
+than any grid (odd widths, head counts that are not powers of two, n != m, GQA ratios,
+masking; each integer field from half the smallest to twice the largest value the group
+was fitted on), times them fresh with :func:`mhabench.timing.measure` and compares: the
+model could not have been tuned on them. Both report the plain FLOP model at one rate
+(the group's median FLOP/s) as the baseline, and mark every extrapolated prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mhabench.analysis.timemodel import (
+    GROUP_KEY,
+    MIN_CELLS,
+    Key,
+    TimeModel,
+    fit_machine,
+    groups,
+    timing_cells,
+)
+from mhabench.config import AttentionConfig, UnavailableError
+from mhabench.cost import TRAIN_FACTOR, cost
+from mhabench.results import config_from_row
+
+FOLDS = 5
+WIDEN = 2  # the random sample's box: [smallest / WIDEN, largest * WIDEN] per field
+MAX_GFLOP = 2.0  # keeps each freshly timed config to tens of ms on a 2-core CPU
+FORMAT = "mhabench-validation"  # the "kind" of the JSON file validate --save writes
+SUMMARY_COLUMNS = ("cells", "median_rel_error", "worst_rel_error",
+                   "flop_rate_median_rel_error", "flop_rate_worst_rel_error", "extrapolated")
+
+
+# ----- leave-out on the grid --------------------------------------------------------------
+def leave_out(frame: pd.DataFrame, folds: int = FOLDS) -> pd.DataFrame:
+    """K-fold leave-out per group: fit without every K-th cell, predict the left-out ones.
+
+    Also predicts them with the plain FLOP model at one rate (the training cells' median
+    FLOP/s), the baseline the calibrated model must beat, and names every field of a
+    left-out cell outside the ranges its fold was fitted on. One row per predicted cell.
+    """
+    folded = {}
+    for key, group in timing_cells(frame).groupby(list(GROUP_KEY), sort=True):
+        group = group.sort_values(["n", "d", "heads", "config_id"]).reset_index(drop=True)
+        k = min(folds, len(group))
+        if len(group) - -(-len(group) // k) < MIN_CELLS:
+            continue  # too few cells to fit without a fold
+        folded[tuple(map(str, key))] = (group, np.arange(len(group)) % k)
+    rows = []
+    for machine in sorted({key[0] for key in folded}):
+        mine = {key: v for key, v in folded.items() if key[0] == machine}
+        # Fold i of every group of the machine is left out together, so the machine's
+        # K/V cache size is fitted without any of the cells predicted.
+        for i in range(max(fold.max() + 1 for _, fold in mine.values())):
+            train = {key: g[fold != i] for key, (g, fold) in mine.items()}
+            models = fit_machine(train)
+            for key, (group, fold) in mine.items():
+                rate = flop_rate(train[key])
+                for r in group[fold == i].to_dict("records"):
+                    config = config_from_row(r)
+                    rows.append({**dict(zip(GROUP_KEY, key, strict=True)),
+                                 "config_id": r["config_id"], "heads": r["heads"],
+                                 "measured_s": r["value"],
+                                 "predicted_s": models[key].predict(config),
+                                 "flop_rate_s": float(r["flops_model"]) / rate,
+                                 "extrapolation": "; ".join(models[key].extrapolation(config))})
+    out = pd.DataFrame(rows, columns=[*GROUP_KEY, "config_id", "heads", "measured_s",
+                                      "predicted_s", "flop_rate_s", "extrapolation"])
+    return _with_errors(out)
+
+
+def flop_rate(cells: pd.DataFrame) -> float:
+    """The plain FLOP model's one rate: the cells' median FLOP/s."""
+    return float(np.median(cells["flops_model"].astype(float) / cells["value"]))
+
+
+def _with_errors(out: pd.DataFrame) -> pd.DataFrame:
+    out["rel_error"] = (out["predicted_s"] / out["measured_s"] - 1).abs()
+    out["flop_rate_rel_error"] = (out["flop_rate_s"] / out["measured_s"] - 1).abs()
+    out["extrapolated"] = out["extrapolation"].astype(str) != ""
+    return out
+
+
+def error_summary(errors: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Median and worst relative error of both models, overall or per group, and how many
+    of the predictions were extrapolations."""
+    def summary(g: pd.DataFrame) -> pd.Series:
+        return pd.Series({"cells": len(g), "median_rel_error": g["rel_error"].median(),
+                          "worst_rel_error": g["rel_error"].max(),
+                          "flop_rate_median_rel_error": g["flop_rate_rel_error"].median(),
+                          "flop_rate_worst_rel_error": g["flop_rate_rel_error"].max(),
+                          "extrapolated": int(g["extrapolated"].sum())})
+    if errors.empty:
+        return pd.DataFrame(columns=[*by, *SUMMARY_COLUMNS])
+    if not by:
+        return summary(errors).to_frame().T
+    return errors.groupby(list(by)).apply(summary, include_groups=False).reset_index()
+
+
+# ----- a random sample off the grid -------------------------------------------------------
+def _log_int(rng: np.random.Generator, lo: float, hi: float) -> int:
+    """An integer drawn log-uniformly from [lo, hi]."""
+    lo, hi = max(1.0, lo), max(1.0, hi)
+    return max(1, round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def _box(values: pd.Series) -> tuple[float, float]:
+    """The range a random draw spans: the fitted values' range widened by WIDEN."""
+    return float(values.min()) / WIDEN, float(values.max()) * WIDEN
+
+
+def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame
+                ) -> AttentionConfig:
+    """One random config for ``model``'s group (may be invalid: the caller redraws).
+
+    Mode: one the group was fitted on (the model has no other). Shapes: log-uniform in
+    the widened box of that mode's cells; the head width p is drawn apart from h, so d =
+    h * p is odd whenever both are. GQA/MQA (a random divisor of h) half the time where
+    the backend has it, cross-attention (m != n) 40 %, masking 30 %.
+    """
+    mode = str(rng.choice(list(model.seen["mode"])))
+    mine = cells[cells["mode"] == mode]
+    _, framework, backend, device, dtype = model.key
+    heads = _log_int(rng, *_box(mine["heads"]))
+    p = _log_int(rng, *_box(mine["d"] // mine["heads"]))
+    kv_heads = heads
+    if backend != "reference" and rng.random() < 0.5:
+        kv_heads = int(rng.choice([g for g in range(1, heads + 1) if heads % g == 0]))
+    n = _log_int(rng, *_box(mine["n"]))
+    cross = bool(rng.random() < 0.4)
+    # A decode step's n new tokens attend over m cached ones: m is its own draw there.
+    m = _log_int(rng, *_box(mine["m"])) if cross or mode == "decode" else n
+    if cross and m == n:
+        m = n + 1 + int(rng.integers(0, n))
+    return AttentionConfig(
+        framework=framework, backend=backend, device=device, dtype=dtype, mode=mode,
+        batch=_log_int(rng, *_box(mine["batch"])), n=n, m=m, d=heads * p,
+        heads=heads, kv_heads=kv_heads, cross=cross, masked=bool(rng.random() < 0.3))
+
+
+def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataFrame],
+                   size: int, seed: int, max_gflop: float = MAX_GFLOP,
+                   runnable: Callable[[AttentionConfig], None] | None = None
+                   ) -> list[tuple[Key, AttentionConfig]]:
+    """``size`` distinct configs, each for a group drawn at random from ``models``, none
+    of them a cell the group was fitted on. ``runnable`` raises ValueError (e.g.
+    :func:`mhabench.timing.check_runnable`) for configs this machine cannot time; those
+    and configs over ``max_gflop`` model GFLOPs are redrawn."""
+    if size < 1:
+        raise ValueError(f"sample={size} is not allowed; it must be a positive integer")
+    keys = sorted(models)
+    if not keys:
+        raise ValueError("no fitted time model to validate")
+    rng = np.random.default_rng(seed)
+    seen = {k: set(cells[k]["config_id"]) for k in keys}
+    out: list[tuple[Key, AttentionConfig]] = []
+    for _ in range(1000 * size):
+        if len(out) == size:
+            return out
+        key = keys[int(rng.integers(len(keys)))]
+        try:
+            config = draw_config(rng, models[key], cells[key])
+            factor = TRAIN_FACTOR if config.mode == "train" else 1
+            if cost(config).flops_model * factor > max_gflop * 1e9:
+                continue
+            if runnable is not None:
+                runnable(config)
+        except ValueError:  # not a valid config, or not runnable here: draw again
+            continue
+        if config.id not in seen[key] and all(config != c for _, c in out):
+            out.append((key, config))
+    raise ValueError(f"could not draw {size} runnable configs under {max_gflop:g} GFLOP "
+                     f"(got {len(out)}); raise --max-gflop or lower --sample")
+
+
+def random_validation(frame: pd.DataFrame, models: Mapping[Key, TimeModel],
+                      configs: Sequence[tuple[Key, AttentionConfig]],
+                      time_config: Callable[[AttentionConfig], Any],
+                      progress: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
+    """Time each config with ``time_config`` (returns a :class:`mhabench.timing.Measurement`)
+    and compare with the model's prediction and the FLOP baseline; one row per config."""
+    by_group = groups(frame)
+    rows = []
+    for i, (key, config) in enumerate(configs, 1):
+        progress(f"[{i}/{len(configs)}] {config.id}")
+        try:
+            measured = time_config(config)
+        except UnavailableError as exc:  # e.g. a framework went missing mid-run
+            progress(f"skipped {config.id}: {exc}")
+            continue
+        model = models[key]
+        rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "config_id": config.id,
+                     "config": config.to_dict(), "mode": config.mode,
+                     "measured_s": measured.median_s, "q25_s": measured.q25_s,
+                     "q75_s": measured.q75_s, "repeats": measured.repeats,
+                     "predicted_s": model.predict(config),
+                     "flop_rate_s": cost(config).flops_model
+                     * (TRAIN_FACTOR if config.mode == "train" else 1)
+                     / flop_rate(by_group[key]),
+                     "extrapolation": "; ".join(model.extrapolation(config))})
+    columns = [*GROUP_KEY, "config_id", "config", "mode", "measured_s", "q25_s", "q75_s",
+               "repeats", "predicted_s", "flop_rate_s", "extrapolation"]
+    out = _with_errors(pd.DataFrame(rows, columns=columns))
+    out["signed_error"] = out["predicted_s"] / out["measured_s"] - 1
+    return out
+
+
+def summary_dict(errors: pd.DataFrame) -> dict[str, Any]:
+    """Overall, inside-the-fitted-ranges and extrapolated median/worst errors."""
+    def part(rows: pd.DataFrame) -> dict[str, Any]:
+        if rows.empty:
+            return {"cells": 0}
+        s = error_summary(rows).iloc[0]
+        return {k: (int(s[k]) if k in ("cells", "extrapolated") else float(s[k]))
+                for k in SUMMARY_COLUMNS}
+    return {"all": part(errors), "inside": part(errors[~errors["extrapolated"]]),
+            "extrapolated": part(errors[errors["extrapolated"]])}
+
+
+# ----- the saved file ---------------------------------------------------------------------
+def validation_payload(errors: pd.DataFrame, **meta: Any) -> dict[str, Any]:
+    """What ``mhabench validate --json/--save`` writes (the report's validation section
+    reads it back with :func:`load_validation`)."""
+    return {"kind": FORMAT, "version": 1, "host": platform.node(),
+            "created": datetime.now(UTC).isoformat(), **meta,
+            "summary": summary_dict(errors), "rows": errors.to_dict(orient="records")}
+
+
+def save_validation(payload: dict[str, Any], path: str | Path) -> Path:
+    """Write ``payload`` as JSON to a new file (an existing file is never overwritten)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("x", encoding="utf-8") as fh:  # "x": FileExistsError if it exists
+        json.dump(payload, fh, indent=1, default=str)
+        fh.write("\n")
+    return path
+
+
+def load_validation(path: str | Path) -> dict[str, Any]:
+    """A file written by ``mhabench validate --save``; ValueError names what is wrong."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--validation {str(path)!r} is not readable JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("kind") != FORMAT or "rows" not in data:
+        raise ValueError(f"--validation {str(path)!r} is not a file written by "
+                         "mhabench validate --save")
+    return data

@@ -1,0 +1,47 @@
+"""The ``mhabench`` command line: cost, time, predict, validate, report, profile.
+
+One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
+the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
+modules import only the standard library and ``mhabench.cli.common``/``mhabench.config``
+at the top (pandas, torch, JAX load inside the handlers), so start-up stays cheap.
+Errors print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from mhabench.cli import cost, predict, profile, report, time, validate
+from mhabench.cli.common import CLIError, Parser
+
+COMMANDS = (cost, time, predict, validate, report, profile)  # --help lists them in this order
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="mhabench", description="Benchmark and profile multi-head attention "
+                    "in PyTorch and JAX: cost model, timing, prediction, reports, traces.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for command in COMMANDS:
+        command.add_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the subcommand in the error, as its own flags' errors do
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        sys.stderr.close()
+        return 0
+    except (ValueError, CLIError, OSError) as exc:  # UnavailableError is a ValueError
+        print(f"mhabench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["CLIError", "build_parser", "main"]

@@ -1,0 +1,93 @@
+"""What every subcommand shares: the one-line error type, the parser that prints argparse's
+errors on one line, and the config flags with their one conversion to
+:class:`AttentionConfig` (so a bad value gets the config's own error message).
+
+Subcommand modules import this module, never :mod:`mhabench.cli` itself: the package
+imports them to build the parser, so the arrows point one way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from mhabench.config import (
+    BACKENDS,
+    DEVICES,
+    DTYPES,
+    FRAMEWORKS,
+    MODES,
+    PRESETS,
+    AttentionConfig,
+    preset,
+)
+
+
+class CLIError(Exception):
+    """A user error to print as one line (bad flag values, bad paths, bad results)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (``PROG: error: MESSAGE``) and exit status 2,
+    like every other bad-input error of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_config_args(parser: argparse.ArgumentParser, preset_allowed: bool = False) -> None:
+    g = parser.add_argument_group("config")
+    g.add_argument("--framework", default="torch", help=f"one of {', '.join(FRAMEWORKS)}")
+    g.add_argument("--backend", default="batched", help=f"one of {', '.join(BACKENDS)}")
+    g.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)}")
+    g.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
+    g.add_argument("--mode", default="forward", help=f"one of {', '.join(MODES)}")
+    g.add_argument("--batch", type=int, default=8)
+    g.add_argument("-n", type=int, default=512, help="queries per sequence")
+    g.add_argument("-m", type=int, default=None, help="keys/values per sequence (default n)")
+    g.add_argument("-d", type=int, default=256, help="model width")
+    g.add_argument("--heads", type=int, default=8, help="query heads h")
+    g.add_argument("--kv-heads", type=int, default=None,
+                   help="key/value heads (default h: MHA; 1: MQA; else GQA)")
+    g.add_argument("--cross", action="store_true", help="cross-attention: n queries over m keys")
+    g.add_argument("--masked", action="store_true", help="mask keys with valid_lens")
+    g.add_argument("--dropout", type=float, default=0.0)
+    if preset_allowed:
+        g.add_argument("--preset", default=None,
+                       help=f"a named head sweep instead of --heads: {', '.join(PRESETS)}")
+
+
+def config_from_args(args: argparse.Namespace) -> AttentionConfig:
+    return AttentionConfig(
+        framework=args.framework, backend=args.backend, device=args.device, dtype=args.dtype,
+        mode=args.mode, batch=args.batch, n=args.n, m=args.m, d=args.d, heads=args.heads,
+        kv_heads=args.kv_heads, cross=args.cross, masked=args.masked, dropout=args.dropout)
+
+
+def configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]:
+    """One config, or a preset's head sweep (the preset fixes batch, n, d and h; the
+    framework, backend, device, dtype, mode and variant flags still apply)."""
+    base = config_from_args(args)
+    if getattr(args, "preset", None) is None:
+        return [base]
+    return preset(args.preset, base.framework, base.backend, device=base.device,
+                  dtype=base.dtype, mode=base.mode, cross=base.cross, masked=base.masked,
+                  dropout=base.dropout)
+
+
+def add_results_args(parser: argparse.ArgumentParser) -> None:
+    """``--results`` and ``--machine``, for the subcommands that read asv results."""
+    parser.add_argument("--results", required=True,
+                        help="asv results folder (e.g. .asv/results)")
+    parser.add_argument("--machine", default=None, help="machine name (needed if several)")
+
+
+def load_results(args: argparse.Namespace, command: str) -> Any:
+    """The asv results named by ``--results``/``--machine``; loading warnings go to stderr."""
+    from mhabench.results import load_results as load
+
+    results = load(args.results, machine=args.machine)
+    for warning in results.warnings:
+        print(f"mhabench {command}: warning: {warning}", file=sys.stderr)
+    return results

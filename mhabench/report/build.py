@@ -1,0 +1,137 @@
+"""Build a report from loaded asv results and write it (HTML, Markdown, CSV).
+
+:data:`SECTIONS` lists every section in page order with its builder; each builder takes
+the shared :class:`~mhabench.report.context.Context` and returns a
+:class:`~mhabench.report.types.Section`. :func:`write_report` never overwrites a file: it
+refuses before writing anything if one of its outputs exists, or if the output would land
+inside the results folder.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mhabench.report import (
+    sections_compare,
+    sections_history,
+    sections_model,
+    sections_overview,
+    sections_profile,
+)
+from mhabench.report.context import Context
+from mhabench.report.types import Report, Section
+
+# asv compare / continuous flag a change when new/old passes this factor (asv's default).
+DEFAULT_THRESHOLD = 1.1
+# (id, title, builder) of every section, in page order; ids are HTML anchors and CSV prefixes.
+SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
+    ("machine", "Machine and calibration", sections_overview.machine_section),
+    ("exercise-6-4", "Exercise 6.4: time against the head count h",
+     sections_overview.exercise_section),
+    ("measured-vs-model", "Measured time against the FLOP model",
+     sections_overview.model_section),
+    ("per-head-decomposition", "Per-head overhead: what grows with h",
+     sections_model.decomposition_section),
+    ("time-model", "Calibrated time model and its leave-out accuracy",
+     sections_model.timemodel_section),
+    ("validation", "The time model on random configs off the grid",
+     sections_model.validation_section),
+    ("scaling", "Scaling in n and d", sections_compare.scaling_section),
+    ("self-vs-cross", "Self- against cross-attention", sections_compare.cross_section),
+    ("mha-gqa-mqa", "MHA against GQA and MQA", sections_compare.variants_section),
+    ("decoding", "Decoding with and without caches", sections_compare.decoding_section),
+    ("forward-backward", "Forward against forward + backward", sections_compare.train_section),
+    ("torch-vs-jax", "PyTorch against JAX", sections_compare.frameworks_section),
+    ("regressions", "Regressions across commits (time)", sections_history.regressions_section),
+    ("memory-and-track", "Memory and track_ values across commits",
+     sections_history.values_section),
+    ("machines", "Machines side by side", sections_compare.machines_section),
+    ("profile", "Profile breakdown by region", sections_profile.profile_section),
+)
+SECTION_IDS = tuple(sid for sid, _, _ in SECTIONS)
+
+
+def progress(message: str) -> None:
+    print(f"mhabench report: {message}", file=sys.stderr, flush=True)
+
+
+def build_report(results: Any, traces: pd.DataFrame | None = None,
+                 threshold: float = DEFAULT_THRESHOLD,
+                 log: Callable[[str], None] = progress, repo: str | Path | None = None,
+                 validation: dict[str, Any] | None = None) -> Report:
+    """Every section of the report from loaded :class:`mhabench.results.Results`.
+
+    ``repo``: the git repository whose history orders the commits (else the dates asv
+    recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section.
+    """
+    from mhabench.analysis.regressions import commit_order
+    from mhabench.analysis.timemodel import fit_models, underdetermined
+
+    log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
+    context = Context.from_results(results, fit_models(results.frame), traces, threshold,
+                                   underdetermined=underdetermined(results.frame),
+                                   order=commit_order(results.frame, repo),
+                                   validation=validation)
+    sections = []
+    for sid, title, builder in SECTIONS:
+        log(f"section {sid}")
+        section = builder(context)
+        section.id, section.title = sid, title
+        sections.append(section)
+    machines = ", ".join(results.machine_names) or "no machine"
+    return Report(f"mhabench report: {machines}", str(results.root), sections,
+                  list(results.warnings))
+
+
+def output_paths(out: str | Path) -> dict[str, Path]:
+    """The files a report named ``out`` (``.../NAME.html``) writes: the page, its Markdown
+    twin and a folder with one CSV per table."""
+    out = Path(out)
+    if out.suffix.lower() != ".html":
+        raise ValueError(f"--out {str(out)!r} is not allowed; give a file name ending in .html "
+                         "(the Markdown and CSV exports go beside it)")
+    return {"html": out, "markdown": out.with_suffix(".md"),
+            "tables": out.with_name(out.stem + "_tables")}
+
+
+def check_outputs(out: str | Path, results_root: str | Path) -> dict[str, Path]:
+    """Refuse (FileExistsError / ValueError) before any work if an output exists or would
+    land inside the results folder."""
+    paths = output_paths(out)
+    root = Path(results_root).resolve()
+    for path in paths.values():
+        resolved = path.resolve()
+        if resolved == root or root in resolved.parents:
+            raise ValueError(f"report output {str(path)!r} is inside the results folder "
+                             f"{str(results_root)!r}, which is never written to; "
+                             "choose another --out")
+        if path.exists():
+            raise FileExistsError(f"{str(path)!r} already exists and reports are never "
+                                  "overwritten; choose a new --out name")
+    return paths
+
+
+def write_report(report: Report, out: str | Path) -> dict[str, Path]:
+    """Write the HTML page, the Markdown export and the CSV tables; returns their paths."""
+    from mhabench.report.html import render_html
+    from mhabench.report.markdown import render_markdown
+
+    paths = check_outputs(out, report.results_root)
+    paths["html"].parent.mkdir(parents=True, exist_ok=True)
+    html = render_html(report)  # render everything before writing anything
+    markdown = render_markdown(report)
+    paths["tables"].mkdir()
+    for section in report.sections:
+        for table in section.tables:
+            target = paths["tables"] / f"{section.id}--{table.name}.csv"
+            with target.open("x", encoding="utf-8", newline="") as fh:
+                table.frame.to_csv(fh, index=False)
+    for key, text in (("markdown", markdown), ("html", html)):
+        with paths[key].open("x", encoding="utf-8") as fh:
+            fh.write(text)
+    return paths

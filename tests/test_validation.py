@@ -1,0 +1,152 @@
+"""The random off-grid validation: the sample is seeded and wider than the grid, the
+comparison is right on a known truth, and `mhabench validate` times fresh configs the
+model never saw (and the report shows them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures.synthetic_asv import grid, synthetic_time, write_results
+
+from mhabench.analysis.timemodel import fit_models, groups
+from mhabench.analysis.validation import (
+    load_validation,
+    random_validation,
+    sample_configs,
+    summary_dict,
+)
+from mhabench.cli import main
+from mhabench.config import AttentionConfig
+from mhabench.cost import cost
+from mhabench.report.build import build_report
+from mhabench.results import load_results
+from mhabench.timing import Measurement
+
+REAL = Path(__file__).parent / "fixtures" / "asv_results"
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """Exact synthetic times (the model's own form) for torch/batched and torch/fused."""
+    root = tmp_path_factory.mktemp("synthetic") / "r"
+    write_results(root, params=[["torch"], ["batched", "fused"], *grid()[2:]])
+    frame = load_results(root).frame
+    return frame, fit_models(frame)
+
+
+def test_sample_is_seeded_valid_off_grid_and_wider_than_the_grid(synthetic: tuple) -> None:
+    frame, models = synthetic
+    cells = groups(frame)
+    sample = sample_configs(models, cells, 24, seed=0)
+    assert sample == sample_configs(models, cells, 24, seed=0)
+    assert sample != sample_configs(models, cells, 24, seed=1)
+    configs = [c for _, c in sample]
+    assert len({c.id for c in configs}) == 24
+    assert not {c.id for c in configs} & set(frame["config_id"].dropna())  # never a grid cell
+    assert all(cost(c).flops_model <= 2e9 for c in configs)
+    # the grid has even d, powers of two for h, n == m, MHA only, no masking
+    assert any(c.d % 2 for c in configs)
+    assert any(c.heads & (c.heads - 1) for c in configs)
+    assert any(c.n != c.m for c in configs)
+    assert any(1 < c.kv_heads < c.heads for c in configs)  # GQA, not only MQA
+    assert any(c.masked for c in configs)
+    assert {key[2] for key, _ in sample} == {"batched", "fused"}
+
+
+def _measured(time_s: float) -> Measurement:
+    return Measurement(AttentionConfig(), (time_s,) * 3, threads=1)
+
+
+def test_validation_compares_fresh_times_with_the_model(synthetic: tuple) -> None:
+    frame, models = synthetic
+    sample = sample_configs(models, groups(frame), 12, seed=3)
+    # A truth of the model's own form: every prediction exact, extrapolated or not.
+    exact = random_validation(frame, models, sample, lambda c: _measured(synthetic_time(c)))
+    assert len(exact) == 12 and exact["rel_error"].max() < 1e-6
+    assert exact["flop_rate_rel_error"].median() > 0.1  # the one-rate baseline is not exact
+    # A truth with a cost the model lacks (masking adds 1 ms): only masked configs miss.
+    masked = random_validation(frame, models, sample, lambda c: _measured(
+        synthetic_time(c) + (1e-3 if c.masked else 0.0)))
+    assert (masked["rel_error"] > 1e-3).tolist() == [c.masked for _, c in sample]
+    assert (masked["signed_error"][masked["rel_error"] > 1e-3] < 0).all()  # predicted too low
+    s = summary_dict(masked)
+    assert s["all"]["cells"] == 12
+    assert s["all"]["worst_rel_error"] == pytest.approx(masked["rel_error"].max())
+    assert s["inside"]["cells"] + s["extrapolated"]["cells"] == 12
+    for _, row in masked.iterrows():  # every extrapolation is the model's own verdict
+        config = AttentionConfig(**row["config"])
+        key = tuple(row[k] for k in ("machine", "framework", "backend", "device", "dtype"))
+        assert row["extrapolation"] == "; ".join(models[key].extrapolation(config))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sample", "0"], "--sample 0 is not allowed"),
+    (["--repeats", "0"], "--repeats 0 is not allowed"),
+    (["--max-gflop", "0"], "--max-gflop 0.0 is not allowed"),
+    (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+])
+def test_validate_bad_flags_one_line_exit_2(argv: list[str], message: str,
+                                             capsys: pytest.CaptureFixture) -> None:
+    try:
+        code = main(["validate", "--results", str(REAL), *argv])
+    except SystemExit as exc:  # argparse's own errors exit from inside parse_args
+        code = exc.code
+    assert code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(err) == 1 and err[0].startswith("mhabench validate: error:") and message in err[0]
+
+
+def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    saved = tmp_path / "validation.json"
+    argv = ["validate", "--results", str(REAL), "--sample", "3", "--seed", "0",
+            "--repeats", "3", "--warmup", "1", "--save", str(saved), "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == json.loads(saved.read_text())
+    rows = out["rows"]
+    assert len(rows) == 3 and out["seed"] == 0 and out["threads"] == 1  # as the fixture ran
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 and r["repeats"] == 3
+               for r in rows)
+    cells = set(load_results(REAL).frame["config_id"].dropna())
+    assert not {r["config_id"] for r in rows} & cells  # measurements the model never saw
+    assert out["summary"]["all"]["median_rel_error"] == pytest.approx(
+        float(np.median([r["rel_error"] for r in rows])))
+    # never overwritten; one line, exit 2, before any timing
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mhabench validate: error:") and "never overwritten" in err[-1]
+    report = build_report(load_results(REAL), log=lambda m: None,
+                          validation=load_validation(saved))
+    section = next(s for s in report.sections if s.id == "validation")
+    assert not section.absent and len(section.tables[0].frame) == 3
+    assert f"{100 * out['summary']['all']['median_rel_error']:.1f}%" in section.text[0]
+
+
+def test_report_refuses_a_file_that_is_not_a_validation(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"kind": "something else"}))
+    assert main(["report", "--results", str(REAL), "--out", str(tmp_path / "r.html"),
+                 "--validation", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a file written by mhabench validate --save" in err[0]
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+def test_model_beats_one_flop_rate_on_random_configs_it_never_saw(
+        capsys: pytest.CaptureFixture) -> None:
+    """24 fresh configs against the real fixture's models (this machine type). Measured
+    here: calibrated model median 51 %, worst 204 %; one FLOP rate median 97 %, worst
+    2400 % (most configs extrapolate: the fixture's tiny grid fixes batch 2 and d 32)."""
+    assert main(["validate", "--results", str(REAL), "--sample", "24", "--seed", "0",
+                 "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]["all"]
+    assert s["cells"] == 24
+    assert s["median_rel_error"] < s["flop_rate_median_rel_error"]
+    assert s["worst_rel_error"] < s["flop_rate_worst_rel_error"]
+
