@@ -14,6 +14,8 @@ BATCH = [grid(tiny=1, quick=2, full=8)]
 class ScalingInN(AttentionBenchmark):
     """Sequence length n (self-attention, m = n) at fixed width d."""
 
+    records_kernel = False  # n does not change which kernel runs; bench_heads records it
+
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]
     params = [FRAMEWORKS, SCALING_BACKENDS, BATCH,
@@ -24,6 +26,8 @@ class ScalingInN(AttentionBenchmark):
 
 class ScalingInD(AttentionBenchmark):
     """Width d at fixed sequence length n."""
+
+    records_kernel = False  # head widths d/h >= 16 here: the same kernel as bench_heads
 
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]

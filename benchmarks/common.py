@@ -22,6 +22,8 @@ import abc
 import functools
 import itertools
 import os
+import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -67,6 +69,15 @@ THREADS = timing.configure_threads()
 for _module in ("torch", "jax", "flax.nnx"):
     if framework_installed("torch" if _module == "torch" else "jax"):
         __import__(_module)
+if "jax" in sys.modules:
+    # Each benchmark of a cell (time, memory, kernel) runs in its own process and compiles
+    # the same program: keep compiled programs on disk (compile time is never timed here).
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ.get(
+        "JAX_COMPILATION_CACHE_DIR",
+        os.path.join(tempfile.gettempdir(), f"mhabench-jax-cache-{os.getuid()}")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 FRAMEWORKS = ["torch", "jax"]
 BACKENDS = ["loop", "batched", "fused", "reference"]
@@ -145,8 +156,9 @@ class AttentionBenchmark(abc.ABC):
     rounds = grid(tiny=1, quick=1, full=2)
     # (min samples, max samples, seconds): at least 10 a side on the grids a regression gate
     # runs on (asv's test can call nothing below 7), more where a step is fast.
-    repeat = grid(tiny=(10, 40, 1.0), quick=(10, 40, 2.0), full=(15, 60, 10.0))
-    warmup_time = grid(tiny=0.1, quick=0.2, full=1.0)
+    repeat = grid(tiny=(10, 40, 1.0), quick=(10, 40, 1.0), full=(15, 60, 10.0))
+    warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
+    records_kernel = True  # False where the kernel cannot change along the class's grid
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property
@@ -165,8 +177,9 @@ class AttentionBenchmark(abc.ABC):
             names, params = cls.__dict__["param_names"], cls.__dict__["params"]
             cls.skip_params = skip_cells(names, params)
             # A per-class copy, so each class carries its own skip list.
-            cls.track_kernel = _track_kernel_method(
-                skip_cells(names, params, lambda c: c.backend in kernels.LIBRARY_BACKENDS))
+            cls.track_kernel = _track_kernel_method(skip_cells(
+                names, params,
+                lambda c: cls.records_kernel and c.backend in kernels.LIBRARY_BACKENDS))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)
