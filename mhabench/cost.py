@@ -99,7 +99,9 @@ def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
     materialised = map_elements * nbytes if materialises(kernel) else 0
     activations = b * (2 * n * d + 2 * m * kv_width + n * d + (m * d if config.cross else 0))
     # Scores, masked scores and probabilities can be alive together in eager backends.
-    peak = (3 * materialised + activations * nbytes + params(d, h, config.kv_heads) * nbytes)
+    # The loop backend holds one head's map at a time (it writes all h over the step).
+    live_map = materialised // h if config.backend == "loop" else materialised
+    peak = (3 * live_map + activations * nbytes + params(d, h, config.kv_heads) * nbytes)
     if config.mode == "train":
         peak *= 2  # saved activations plus gradients
     return Cost(

@@ -324,3 +324,64 @@ def calibration_table(frame: pd.DataFrame) -> pd.DataFrame:
     rows = rows.fillna({"framework": "torch", "device": "cpu", "dtype": "float32"})
     out = rows.groupby(columns[:4], as_index=False)[columns[4:]].max()
     return out[columns]
+
+
+# ----- kernels and step memory (track_kernel, track_step_bytes) --------------------------
+def _newest_track(frame: pd.DataFrame, method: str) -> pd.DataFrame:
+    rows = frame[(frame["kind"] == "track") & frame["config_id"].notna()
+                 & frame["benchmark"].str.endswith("." + method)]
+    return latest(rows)
+
+
+def kernel_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The attention kernel that ran in each fused/reference cell (newest track_kernel per
+    machine and config), beside the one the config predicts and whether it writes the map.
+    A fused cell that ran math is a fallback: it writes the map the call exists to avoid."""
+    from mhabench.kernels import KERNEL_NAMES, expected_kernel, materialises
+
+    columns = ["machine", "config_id", "framework", "backend", "device", "dtype", "heads",
+               "kv_heads", "head_dim", "kernel", "expected", "writes map", "note"]
+    rows = _newest_track(frame, "track_kernel")
+    out = []
+    for row in rows.drop_duplicates(["machine", "config_id"], keep="last").to_dict("records"):
+        kernel = KERNEL_NAMES.get(int(row["value"]), f"code {row['value']:g}")
+        config = config_from_row(row)
+        expected = expected_kernel(config)
+        note = ""
+        if kernel == "math" and config.backend == "fused":
+            note = "fallback: math writes the map"
+        elif kernel != expected:
+            note = f"predicted {expected}"
+        out.append({**{k: row[k] for k in columns[:8]}, "head_dim": config.head_dim,
+                    "kernel": kernel, "expected": expected,
+                    "writes map": materialises(kernel) if kernel in KERNEL_NAMES.values()
+                    else None, "note": note})
+    return pd.DataFrame(out, columns=columns)
+
+
+def step_memory_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's measured step memory (newest track_step_bytes) beside the cost model's
+    working set and attention map for the kernel that ran (recorded, else predicted)."""
+    from mhabench.cost import cost
+    from mhabench.kernels import expected_kernel
+
+    columns = ["machine", "config_id", "framework", "backend", "device", "dtype", "mode",
+               "batch", "n", "m", "d", "heads", "kv_heads", "kernel", "map elements",
+               "model map (MiB)", "model working set (MiB)", "measured (MiB)",
+               "measured/model"]
+    rows = _newest_track(frame, "track_step_bytes")
+    ran = kernel_table(frame).set_index(["machine", "config_id"])["kernel"].to_dict()
+    out = []
+    for row in rows.drop_duplicates(["machine", "config_id"], keep="last").to_dict("records"):
+        config = config_from_row(row)
+        kernel = ran.get((row["machine"], row["config_id"]))
+        terms = cost(config, kernel)
+        model = terms.peak_bytes_estimate / 2**20
+        measured = float(row["value"]) / 2**20
+        out.append({**{k: row[k] for k in columns[:13]},
+                    "kernel": kernel or f"{expected_kernel(config)} (predicted)",
+                    "map elements": terms.attention_map_elements,
+                    "model map (MiB)": terms.attention_map_bytes / 2**20,
+                    "model working set (MiB)": model, "measured (MiB)": measured,
+                    "measured/model": measured / model if model else float("nan")})
+    return pd.DataFrame(out, columns=columns)

@@ -19,6 +19,7 @@ import pandas as pd
 from mhabench.report import (
     sections_compare,
     sections_history,
+    sections_memory,
     sections_model,
     sections_overview,
     sections_profile,
@@ -35,6 +36,9 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
      sections_overview.exercise_section),
     ("measured-vs-model", "Measured time against the FLOP model",
      sections_overview.model_section),
+    ("kernels", "The attention kernel each fused cell ran", sections_memory.kernels_section),
+    ("memory", "Memory: the model against the step's measured memory",
+     sections_memory.memory_section),
     ("per-head-decomposition", "Per-head overhead: what grows with h",
      sections_model.decomposition_section),
     ("time-model", "Calibrated time model and its leave-out accuracy",

@@ -37,7 +37,8 @@ def decomposition_section(ctx: Context) -> Section:
         names = {"machine": key["machine"], "framework": key["framework"],
                  "backend": key["backend"], "mode": key["mode"], "shape": shape(key)}
         good = dec.good_fit
-        rows.append({**names, "slowest/fastest": group["value"].max() / group["value"].min(),
+        rows.append({**names, "chapter": is_chapter(key),
+                     "slowest/fastest": group["value"].max() / group["value"].min(),
                      "R^2 on sweep": dec.r2,
                      "worst residual (%)": 100 * dec.residuals[np.argmax(np.abs(dec.residuals))],
                      "good fit": good,
@@ -83,7 +84,7 @@ def decomposition_section(ctx: Context) -> Section:
         "says how much of the measured h-trend (t at the largest h minus t at the smallest) "
         "the terms leave unexplained; the residuals table shows the fit at each h.")
     for (fw, be), g in table.groupby(["framework", "backend"], sort=True):
-        chapter = g[(g["shape"] == "b8 n512 m512 d256") & (g["mode"] == "forward")]
+        chapter = g[g["chapter"]]
         g = chapter if len(chapter) else g  # the chapter's sweep, else the steepest one
         r = g.iloc[int(np.argmax(g["slowest/fastest"].to_numpy()))]
         section.text.append(f"{fw}/{be}: {r['verdict']} (sweep ratio "

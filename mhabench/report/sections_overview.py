@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mhabench.report.context import Context, head_sweeps, peaks, shape, sweep_plots
+from mhabench.report.context import (
+    Context,
+    head_sweeps,
+    is_chapter,
+    peaks,
+    shape,
+    sweep_plots,
+)
 from mhabench.report.types import Plot, Section, Table
+from mhabench.results import kernel_table
 
 
 def machine_section(ctx: Context) -> Section:
@@ -15,9 +23,16 @@ def machine_section(ctx: Context) -> Section:
     for name in ctx.results.machine_names:
         info = ctx.results.machines.get(name, {})
         mine = frame[frame["machine"] == name]
+        facts = info.get("facts", {})  # mhabench-machine.json (GPU, versions, precision)
+        gpu = (f"{facts['gpu']}, driver {facts.get('driver')}, CUDA {facts.get('cuda')}, "
+               f"cuDNN {facts.get('cudnn')}" if facts.get("gpu") else "")
+        versions = ", ".join(f"{k} {facts[k]}" for k in ("torch", "jax", "flax")
+                             if facts.get(k))
         rows.append({"machine": name, "cpu": info.get("cpu", ""),
                      "cores": info.get("num_cpu", ""), "ram": info.get("ram", ""),
-                     "os": info.get("os", ""), "commits": mine["commit"].nunique(),
+                     "os": info.get("os", ""), "gpu": gpu, "frameworks": versions,
+                     "float32 matmul": facts.get("float32_matmul", ""),
+                     "commits": mine["commit"].nunique(),
                      "environments": ", ".join(sorted(mine["env_name"].dropna().unique())),
                      "newest result": str(mine["date"].max()) if len(mine) else ""})
     section = Section("", "", tables=[Table("machines", "Machines in the results",
@@ -44,8 +59,10 @@ def exercise_section(ctx: Context) -> Section:
     sweeps = head_sweeps(ctx.timings)
     if not sweeps:
         return Section("", "", absent="No head sweep (one config at several h) in the results.")
-    summary, detail = [], []
+    summary, detail, chapter = [], [], []
+    ran = kernel_table(ctx.results.frame).set_index(["machine", "config_id"])["kernel"]
     for key, group in sweeps:
+        chapter.append(is_chapter(key))
         best = group["value"].min()
         slow = group.loc[group["value"].idxmax()]
         fast = group.loc[group["value"].idxmin()]
@@ -60,13 +77,15 @@ def exercise_section(ctx: Context) -> Section:
             detail.append({"machine": key["machine"], "framework": key["framework"],
                            "backend": key["backend"], "mode": key["mode"],
                            "shape": shape(key), "h": r["heads"], "p = d/h": r["d"] // r["heads"],
+                           "kernel": ran.get((r["machine"], r["config_id"]), ""),
                            "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best})
     summary = pd.DataFrame(summary)
     section = Section("", "", tables=[
         Table("ratios", "Slowest over fastest head count per sweep", summary),
         Table("sweeps", "Time per head count, relative to the sweep's best h",
               pd.DataFrame(detail))])
-    chapter = summary[(summary["shape"] == "b8 n512 m512 d256") & (summary["mode"] == "forward")]
+    # The chapter's shape (batch 8, n 512, d 256, forward), keyed on the sweep's fields.
+    chapter = summary[chapter]
     shown = chapter if len(chapter) else summary
     section.text.append(
         "Exercise 6.4 asks whether h is free at fixed d. Slowest/fastest ratio per framework "
