@@ -74,7 +74,9 @@ def make_decode_step(config: AttentionConfig, model: nn.Module,
             def run() -> torch.Tensor:
                 return model(sequence, sequence, sequence, causal=True)[:, -1:]
         elif config.cross:
-            k_src, v_src = model.project_kv(source, x["values"])  # cached once
+            # Cached once, contiguous (b, h_kv, m, p) as a cache is stored: the projection
+            # returns strided views, which bmm would copy on every step.
+            k_src, v_src = (t.contiguous() for t in model.project_kv(source, x["values"]))
 
             def run() -> torch.Tensor:
                 return model.attend(token, k_src, v_src, lens)
