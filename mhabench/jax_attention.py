@@ -6,9 +6,11 @@ a parameter inside a step copies it on every call. So each backend stores its ke
 way its step reads them, packed or split once at load time: ``batched`` four kernels;
 ``loop`` one kernel per head (``q_heads``, ``k_heads``, ``v_heads``, ``o_heads``); ``fused``
 one ``W_qkv`` kernel for a self-attention layer, ``W_q`` and a packed ``W_kv`` for a
-cross-attention layer. Keys and values live as ``(b, m, h_kv, p)``, the layout
-``jax.nn.dot_product_attention`` takes, which groups query heads over fewer key/value heads
-natively.
+cross-attention layer. Keys and values live as ``(b, h_kv, m, p)``, as in torch: the layout
+the batched scores read with a free reshape, and the one a KV cache is stored in (XLA:CPU
+transposing a (b, m, h, p) cache costs ~15x the attention itself at m = 4096). The fused
+backend hands ``jax.nn.dot_product_attention`` (which groups query heads over fewer
+key/value heads natively) its (b, m, h_kv, p) view.
 
 Softmax in float32: ``loop`` and ``batched`` upcast the scores, ``jax.nn.dot_product_attention``
 (``fused``) computes its logits in float32; ``reference`` (``nnx.MultiHeadAttention``) runs
@@ -154,12 +156,11 @@ class MultiHeadAttention(nnx.Module):
 
     # ----- the two halves of a forward pass -------------------------------------------
     def project_kv(self, keys: jax.Array, values: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Projected keys and values, each (b, m, h_kv, p): what a KV cache stores."""
-        b, m = keys.shape[:2]
+        """Projected keys and values, each (b, h_kv, m, p): what a KV cache stores."""
         with region("projections"):
             if self.backend == "loop":
-                k = jnp.stack([lin(keys) for lin in self.k_heads], axis=2)
-                v = jnp.stack([lin(values) for lin in self.v_heads], axis=2)
+                k = jnp.stack([lin(keys) for lin in self.k_heads], axis=1)
+                v = jnp.stack([lin(values) for lin in self.v_heads], axis=1)
                 return k, v
             if self.backend == "fused":
                 kernel = self.W_kv.kernel[...] if hasattr(self, "W_kv") else \
@@ -171,15 +172,13 @@ class MultiHeadAttention(nnx.Module):
                     k, v = keys @ kernel[:, :half], values @ kernel[:, half:]
             else:
                 k, v = self.W_k(keys), self.W_v(values)
-            # (b, m, h_kv * p) -> (b, m, h_kv, p)
-            return (k.reshape(b, m, self.kv_heads, self.p),
-                    v.reshape(b, m, self.kv_heads, self.p))
+            return self._split_heads(k, self.kv_heads), self._split_heads(v, self.kv_heads)
 
     def attend(self, queries: jax.Array, k: jax.Array, v: jax.Array,
                valid_lens: jax.Array | None = None, causal: bool = False) -> jax.Array:
-        """Output (b, n, d) of queries (b, n, d) over projected k, v (b, m, h_kv, p)."""
+        """Output (b, n, d) of queries (b, n, d) over projected k, v (b, h_kv, m, p)."""
         if self.backend == "loop":
-            keep = keep_mask(queries.shape[1], k.shape[1], valid_lens, causal)
+            keep = keep_mask(queries.shape[1], k.shape[2], valid_lens, causal)
             return self._attend_loop(queries, k, v, keep)
         b, n = queries.shape[:2]
         with region("projections"):
@@ -187,7 +186,7 @@ class MultiHeadAttention(nnx.Module):
                 self.W_q.kernel[...]
             q = (queries @ kernel).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
         if self.backend == "fused":
-            out = self._sdpa(q, k, v, keep_mask(n, k.shape[1], valid_lens, causal))
+            out = self._sdpa(q, k, v, keep_mask(n, k.shape[2], valid_lens, causal))
         else:
             out = self._attend_batched(q, k, v, valid_lens, causal)
         return self._output(out)
@@ -196,7 +195,7 @@ class MultiHeadAttention(nnx.Module):
                  valid_lens: jax.Array | None = None, causal: bool = False) -> jax.Array:
         if hasattr(self, "W_qkv") and queries is keys and keys is values:
             q, k, v = self._project_packed(queries)
-            keep = keep_mask(q.shape[1], k.shape[1], valid_lens, causal)
+            keep = keep_mask(q.shape[1], k.shape[2], valid_lens, causal)
             return self._output(self._sdpa(q, k, v, keep))
         k, v = self.project_kv(keys, values)
         return self.attend(queries, k, v, valid_lens, causal)
@@ -214,20 +213,23 @@ class MultiHeadAttention(nnx.Module):
         # The cache's capacity is static; positions at or past pos are masked out.
         lens = jnp.full((token.shape[0],), cache.pos, jnp.int32)
         if hasattr(self, "W_qkv"):
-            keep = keep_mask(1, cache.k.shape[1], lens, False)
+            keep = keep_mask(1, cache.k.shape[2], lens, False)
             return self._output(self._sdpa(q, cache.k, cache.v, keep)), cache
         return self.attend(token, cache.k, cache.v, lens), cache
 
     # ----- backends ---------------------------------------------------------------------
+    def _split_heads(self, x, heads):
+        # (b, len, heads * p) -> (b, len, heads, p) -> (b, heads, len, p)
+        return x.reshape(x.shape[0], x.shape[1], heads, self.p).transpose(0, 2, 1, 3)
+
     def _project_packed(self, x):
-        # Q, K and V of one array in one matmul with the packed kernel.
+        # Q (b, n, h, p), K and V (b, h_kv, n, p) of one array in one packed matmul.
         b, n = x.shape[:2]
         kv_width = self.kv_heads * self.p
         with region("projections"):
             q, k, v = jnp.split(self.W_qkv(x), [self.d, self.d + kv_width], axis=-1)
-            # (b, n, width) -> (b, n, heads, p)
-            return (q.reshape(b, n, self.heads, self.p),
-                    k.reshape(b, n, self.kv_heads, self.p), v.reshape(b, n, self.kv_heads, self.p))
+            return (q.reshape(b, n, self.heads, self.p), self._split_heads(k, self.kv_heads),
+                    self._split_heads(v, self.kv_heads))
 
     def _output(self, out):
         b, n = out.shape[:2]
@@ -236,18 +238,19 @@ class MultiHeadAttention(nnx.Module):
 
     def _sdpa(self, q, k, v, keep):
         mask = None if keep is None else keep[:, None]  # (b or 1, 1, n or 1, m)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, m, h_kv, p) views
         with region("attention"):
             return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
 
     def _attend_batched(self, q, k, v, valid_lens, causal):
         b, n, h, p = q.shape
-        m, g = k.shape[1], self.heads // self.kv_heads
+        m, g = k.shape[2], self.heads // self.kv_heads
         if g > 1:  # each key/value head serves g consecutive query heads
-            k, v = jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)
-        # Fold heads into the batch axis: (b, len, h, p) -> (b, h, len, p) -> (b*h, len, p)
+            k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
+        # Fold heads into the batch axis: q (b, n, h, p) -> (b, h, n, p) -> (b*h, n, p);
+        # k, v (b, h, m, p) -> (b*h, m, p)
         q = q.transpose(0, 2, 1, 3).reshape(b * h, n, p)
-        k = k.transpose(0, 2, 1, 3).reshape(b * h, m, p)
-        v = v.transpose(0, 2, 1, 3).reshape(b * h, m, p)
+        k, v = k.reshape(b * h, m, p), v.reshape(b * h, m, p)
         if valid_lens is not None:
             # Row i*h + j is head j of sequence i: repeat each length h times (not tile).
             valid_lens = jnp.repeat(valid_lens, h, axis=0)
@@ -268,11 +271,11 @@ class MultiHeadAttention(nnx.Module):
             with region("projections"):
                 q_i = self.q_heads[i](queries)  # (b, n, p): head i's query features
             with region("scores"):
-                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, :, i // g]) / math.sqrt(self.p)
+                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, i // g]) / math.sqrt(self.p)
             with region("softmax"):
                 weights = self.dropout(masked_softmax(scores, keep))
             with region("mixing"):
-                head = jnp.einsum("bnm,bmp->bnp", weights, v[:, :, i // g])
+                head = jnp.einsum("bnm,bmp->bnp", weights, v[:, i // g])
             with region("output"):
                 part = self.o_heads[i](head)  # head i's share of W_o
                 out = part if out is None else out + part

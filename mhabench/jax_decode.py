@@ -40,7 +40,7 @@ def compile_traced(fn: Callable, args: tuple, donate: tuple[int, ...] = ()) -> A
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVCache:
-    """Keys and values, each (b, capacity, h_kv, p); positions < ``pos`` are valid."""
+    """Keys and values, each (b, h_kv, capacity, p); positions < ``pos`` are valid."""
 
     k: jax.Array
     v: jax.Array
@@ -48,18 +48,18 @@ class KVCache:
 
     @classmethod
     def prefilled(cls, keys: jax.Array, values: jax.Array, capacity: int) -> KVCache:
-        """A cache of ``capacity`` positions holding projected keys/values (b, m, h_kv, p)
+        """A cache of ``capacity`` positions holding projected keys/values (b, h_kv, m, p)
         at 0 ... m - 1."""
-        b, m, kv_heads, p = keys.shape
+        m = keys.shape[2]
         if capacity < m:
             raise ValueError(f"capacity={capacity} is smaller than the prefix of {m} tokens")
-        pad = ((0, 0), (0, capacity - m), (0, 0), (0, 0))
+        pad = ((0, 0), (0, 0), (0, capacity - m), (0, 0))
         return cls(jnp.pad(keys, pad), jnp.pad(values, pad), jnp.asarray(m, jnp.int32))
 
     def append(self, k: jax.Array, v: jax.Array) -> KVCache:
-        """The cache with k, v (b, 1, h_kv, p) written at ``pos`` and ``pos`` advanced.
+        """The cache with k, v (b, h_kv, 1, p) written at ``pos`` and ``pos`` advanced.
         (Past the capacity, dynamic_update_slice clamps: callers keep pos < capacity.)"""
-        at = (0, self.pos, 0, 0)
+        at = (0, 0, self.pos, 0)
         return KVCache(jax.lax.dynamic_update_slice(self.k, k.astype(self.k.dtype), at),
                        jax.lax.dynamic_update_slice(self.v, v.astype(self.v.dtype), at),
                        self.pos + 1)

@@ -81,7 +81,7 @@ def decoded(config: AttentionConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndar
         outs.append(out)
     assert int(pos) == T
     return np.asarray(jnp.concatenate(outs, axis=1), np.float64), np.asarray(
-        jax.device_get(kv[0]), np.float64)
+        jax.device_get(kv[0]), np.float64).transpose(0, 2, 1, 3)
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
