@@ -1,9 +1,14 @@
-"""Decoding one token at a time (Exercises 7.2 and 8).
+"""Decoding one token at a time (Exercises 7.2 and 8); each class times distinct work.
 
-- ``KVCacheDecode``: one new query (n = 1) attends to a cache of m already projected
-  keys/values (mode=decode), for MHA, GQA and MQA: what KV-cache bytes per token buy.
-- ``CrossDecodeSource``: one new query cross-attends to a source of m tokens whose key and
-  value projections are cached (mode=decode) or recomputed every step (mode=forward).
+- ``KVCacheDecode``: a real self-attention decode step (mode=decode): the new token's q, k
+  and v are projected, k and v written into a KV cache preallocated for m + 1 positions,
+  and q attends over all m + 1; each call starts from the same fill level m. For MHA, GQA
+  and MQA: what fewer KV-cache bytes per step buy.
+- ``PrefixDecode``: the same token without a cache (mode=prefix, the baseline Exercise 8
+  implies): causal attention over the whole prefix of m + 1 tokens, recomputed per token.
+- ``CrossDecodeSource`` (Exercise 7.2): one new query cross-attends to a source of m tokens
+  whose key/value projections are cached (mode=decode, cross) or recomputed every step
+  (mode=forward, cross, n=1).
 
 The framework layers have no cached-key/value step, so there is no ``reference`` here.
 """
@@ -14,15 +19,24 @@ DECODE_BACKENDS = ["loop", "batched", "fused"]
 BATCH = [grid(tiny=2, quick=4, full=8)]
 D = [grid(tiny=32, quick=256, full=1024)]
 HEADS = grid(tiny=4, quick=16, full=16)
-SOURCE = grid(tiny=[16], quick=[4096], full=[128, 1024, 4096, 16384])
+KV_HEADS = grid(tiny=[HEADS, 1], quick=[HEADS, HEADS // 4, 1], full=[HEADS, HEADS // 4, 1])
+SOURCE = grid(tiny=[16], quick=[512, 4096], full=[128, 1024, 4096, 16384])
+# The no-cache step recomputes an (m + 1)^2 map per token: shorter prefixes.
+PREFIX = grid(tiny=[16], quick=[512], full=[128, 1024, 4096])
 
 
 class KVCacheDecode(AttentionBenchmark):
     param_names = ["framework", "backend", "mode", "batch", "n", "m", "d", "heads",
                    "kv_heads", "device", "dtype", "threads"]
     params = [FRAMEWORKS, DECODE_BACKENDS, ["decode"], BATCH, [1], SOURCE, D, [HEADS],
-              grid(tiny=[HEADS, 1], quick=[HEADS, HEADS // 4, 1], full=[HEADS, HEADS // 4, 1]),
-              DEVICE_PARAMS, DTYPES, [THREADS]]
+              KV_HEADS, DEVICE_PARAMS, DTYPES, [THREADS]]
+
+
+class PrefixDecode(AttentionBenchmark):
+    param_names = KVCacheDecode.param_names
+    params = [FRAMEWORKS, DECODE_BACKENDS, ["prefix"], BATCH, [1], PREFIX, D, [HEADS],
+              grid(tiny=[HEADS], quick=[HEADS], full=KV_HEADS), DEVICE_PARAMS, DTYPES,
+              [THREADS]]
 
 
 class CrossDecodeSource(AttentionBenchmark):

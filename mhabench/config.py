@@ -18,10 +18,21 @@ FRAMEWORKS = ("torch", "jax")
 BACKENDS = ("loop", "batched", "fused", "reference")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
-# forward: one forward pass; train: forward + backward of the attention layer;
-# decode: queries attend to already projected (cached) keys/values, so the key and
-# value projections are not part of the step (Exercise 7.2, the KV cache).
-MODES = ("forward", "train", "decode")
+# forward: one forward pass (deterministic: dropout acts in train only).
+# train: forward + backward of the layer, w.r.t. its parameters and its input(s), as for a
+#   layer inside a network; dropout draws a fresh mask every step.
+# decode: one generation step of n = 1 new token per sequence.
+#   self-attention (cross=False): project the token's q, k, v; write k, v into a KV cache
+#   preallocated for m + 1 positions and filled to m; attend over the m + 1 positions. Every
+#   call starts from the same fill level m (slot m is overwritten), so repeated calls time
+#   identical work and the cache never grows.
+#   cross-attention (cross=True, Exercise 7.2): the token's q attends to a source of m
+#   tokens whose K/V projections were cached once (mode=forward, cross=True, n=1 is the
+#   same step recomputing them).
+# prefix: the no-cache baseline of self-attention decoding (Exercise 8): recompute causal
+#   attention over the whole prefix of m + 1 tokens and keep the last position's output.
+MODES = ("forward", "train", "decode", "prefix")
+MODE_IDS = {"forward": "fwd", "train": "train", "decode": "dec", "prefix": "prefix"}
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
@@ -95,22 +106,47 @@ class AttentionConfig:
                 f"kv_heads={self.kv_heads} must divide heads={self.heads}; "
                 f"allowed kv_heads: {', '.join(map(str, divisors))}"
             )
-        if not self.cross and self.m != self.n and self.mode != "decode":
-            raise ValueError(
-                f"m={self.m} differs from n={self.n} in self-attention; "
-                "set cross=True (--cross) for n queries over m keys/values, or leave m unset"
-            )
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} is not allowed; it must be in [0, 1)")
+        self._validate_mode()
         if self.backend == "reference" and self.kv_heads != self.heads:
             raise ValueError(
                 f"backend='reference' (the framework's own layer) supports MHA only, "
                 f"but kv_heads={self.kv_heads} != heads={self.heads}; use loop, batched or fused"
             )
-        if self.backend == "reference" and self.mode == "decode":
+        if self.backend == "reference" and self.mode in ("decode", "prefix"):
             raise ValueError(
-                "backend='reference' has no cached-key/value step; mode='decode' needs "
+                f"backend='reference' has no cached-key/value step; mode={self.mode!r} needs "
                 "loop, batched or fused"
+            )
+
+    def _validate_mode(self) -> None:
+        """Combinations of mode with the other fields that name no distinct, real step."""
+        mode = self.mode
+        stepwise = mode in ("decode", "prefix")
+        if stepwise and self.n != 1:
+            raise ValueError(f"n={self.n} is not allowed with mode={mode!r}; a decode step "
+                             "takes one new token per sequence (n=1; m sets the prefix)")
+        if mode == "prefix" and self.cross:
+            raise ValueError("cross=True is not allowed with mode='prefix' (no-cache "
+                             "self-attention decoding); a decoder step that recomputes its "
+                             "source keys/values is mode='forward', cross=True, n=1")
+        if self.masked and stepwise and not self.cross:
+            raise ValueError(f"masked=True is not allowed with mode={mode!r} self-attention: "
+                             "the step attends causally over the m earlier tokens and the new "
+                             "one; valid_lens apply to cross-attention sources")
+        if self.dropout and mode != "train":
+            raise ValueError(f"dropout={self.dropout:g} is not allowed with mode={mode!r}: "
+                             "dropout acts in mode='train' only (other steps are "
+                             "deterministic), so it would name the same work twice")
+        if self.dropout and (self.framework, self.backend) == ("jax", "fused"):
+            raise ValueError(f"dropout={self.dropout:g} is not allowed with framework='jax', "
+                             "backend='fused': jax.nn.dot_product_attention has no dropout; "
+                             "use loop or batched")
+        if not self.cross and self.m != self.n and not stepwise:
+            raise ValueError(
+                f"m={self.m} differs from n={self.n} in self-attention; "
+                "set cross=True (--cross) for n queries over m keys/values, or leave m unset"
             )
 
     # ----- derived quantities -------------------------------------------------------
@@ -134,8 +170,7 @@ class AttentionConfig:
     def id(self) -> str:
         """Stable short id, e.g. ``torch-batched-cpu-f32-fwd-b8-n512-m512-d256-h8-kv8``."""
         dt = {"float32": "f32", "bfloat16": "bf16"}[self.dtype]
-        md = {"forward": "fwd", "train": "train", "decode": "dec"}[self.mode]
-        parts = [self.framework, self.backend, self.device, dt, md,
+        parts = [self.framework, self.backend, self.device, dt, MODE_IDS[self.mode],
                  f"b{self.batch}", f"n{self.n}", f"m{self.m}", f"d{self.d}",
                  f"h{self.heads}", f"kv{self.kv_heads}"]
         if self.cross:
@@ -150,7 +185,8 @@ class AttentionConfig:
         """A copy with some fields changed (validated again); m/kv_heads follow n/heads
         unless given, when they were defaulted."""
         fields = self.to_dict()
-        if "n" in changes and "m" not in changes and not self.cross and self.mode != "decode":
+        stepwise = changes.get("mode", self.mode) in ("decode", "prefix")
+        if "n" in changes and "m" not in changes and not self.cross and not stepwise:
             fields["m"] = None
         if "heads" in changes and "kv_heads" not in changes and self.kv_heads == self.heads:
             fields["kv_heads"] = None

@@ -29,12 +29,13 @@ def make_inputs(config: AttentionConfig, seed: int = 1) -> dict[str, np.ndarray 
     """queries (b, n, d); keys = values (b, m, d); valid_lens (b,) in [1, m] if masked.
 
     Self-attention returns the very same array for queries, keys and values, so
-    implementations can see that one tensor feeds all three.
+    implementations can see that one tensor feeds all three. In decode and prefix mode the
+    queries are the new token (b, 1, d) and keys = values the m tokens before it.
     """
     rng = np.random.default_rng(seed)
     b, n, m, d = config.batch, config.n, config.m, config.d
     queries = rng.standard_normal((b, n, d)).astype(np.float32)
-    if config.cross or config.mode == "decode":
+    if config.cross or config.mode in ("decode", "prefix"):
         source = rng.standard_normal((b, m, d)).astype(np.float32)
     else:
         source = queries
@@ -43,3 +44,10 @@ def make_inputs(config: AttentionConfig, seed: int = 1) -> dict[str, np.ndarray 
         # At least one valid key per row: fully masked rows are undefined for fused kernels.
         valid_lens = rng.integers(max(1, m // 2), m + 1, size=b).astype(np.int32)
     return {"queries": queries, "keys": source, "values": source, "valid_lens": valid_lens}
+
+
+def make_upstream(config: AttentionConfig, seed: int = 3) -> np.ndarray:
+    """The gradient (b, n, d) that a training step receives for the layer's output, as
+    from the layers above it; random, so no framework can fold it into a reduction."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((config.batch, config.n, config.d)).astype(np.float32)

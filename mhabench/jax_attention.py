@@ -1,9 +1,20 @@
 """JAX / Flax NNX multi-head attention with the same backends and weights as the torch one.
 
 Weights come from ``mhabench.inputs`` in torch's ``(out, in)`` layout; an ``nnx.Linear``
-kernel is ``(in, out)``, so loading transposes. Keys and values live as
-``(b, m, h_kv, p)``, the layout ``jax.nn.dot_product_attention`` takes, which groups
-query heads over fewer key/value heads natively. Forward functions jit with static shapes.
+kernel is ``(in, out)``, so loading transposes. XLA has no views: slicing or concatenating
+a parameter inside a step copies it on every call. So each backend stores its kernels the
+way its step reads them, packed or split once at load time: ``batched`` four kernels;
+``loop`` one kernel per head (``q_heads``, ``k_heads``, ``v_heads``, ``o_heads``); ``fused``
+one ``W_qkv`` kernel for a self-attention layer, ``W_q`` and a packed ``W_kv`` for a
+cross-attention layer. Keys and values live as ``(b, h_kv, m, p)``, as in torch: the layout
+the batched scores read with a free reshape, and the one a KV cache is stored in (XLA:CPU
+transposing a (b, m, h, p) cache costs ~15x the attention itself at m = 4096). The fused
+backend hands ``jax.nn.dot_product_attention`` (which groups query heads over fewer
+key/value heads natively) its (b, m, h_kv, p) view.
+
+Softmax in float32: ``loop`` and ``batched`` upcast the scores, ``jax.nn.dot_product_attention``
+(``fused``) computes its logits in float32; ``reference`` (``nnx.MultiHeadAttention``) runs
+softmax in the layer's dtype (bfloat16 in a bfloat16 config).
 """
 
 from __future__ import annotations
@@ -18,39 +29,48 @@ import numpy as np
 from flax import nnx
 
 from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights, make_inputs
+from mhabench.inputs import init_weights, make_inputs, make_upstream
+from mhabench.jax_decode import KVCache, compile_traced, make_decode_step
 
 # Named scopes (never nested) label the regions in traces and in the compiled HLO's
-# op_name metadata; XLA may still fuse neighbouring regions into one kernel.
-REGIONS = ("projections", "scores", "softmax", "mixing", "output", "attention")
+# op_name metadata (free at run time); XLA may still fuse neighbouring regions into one
+# kernel. "cache" is a decode step's write into the KV cache.
+REGIONS = ("projections", "scores", "softmax", "mixing", "output", "attention", "cache")
 region = jax.named_scope
 
 MASK_VALUE = -1e6  # as in the chapter's masked_softmax: masked rows stay finite
 
 
-def masked_softmax(scores: jax.Array, valid_lens: jax.Array | None) -> jax.Array:
-    """Softmax over the last axis of ``scores (B, n, m)``; valid_lens (B,) or (B, n)."""
-    if valid_lens is None:
-        return jax.nn.softmax(scores, axis=-1)
-    lens = valid_lens[:, None, None] if valid_lens.ndim == 1 else valid_lens[:, :, None]
-    keep = jnp.arange(scores.shape[-1])[None, None, :] < lens
-    return jax.nn.softmax(jnp.where(keep, scores, MASK_VALUE), axis=-1)
+def keep_mask(n: int, m: int, valid_lens: jax.Array | None, causal: bool) -> jax.Array | None:
+    """Boolean (B or 1, n or 1, m), True where a query may attend; None: everywhere.
+    valid_lens (B,) or (B, n); causal: query i of n sits at position m - n + i."""
+    keep = None
+    positions = jnp.arange(m)
+    if valid_lens is not None:
+        lens = valid_lens[:, None, None] if valid_lens.ndim == 1 else valid_lens[:, :, None]
+        keep = positions[None, None, :] < lens
+    if causal:
+        below = positions[None, None, :] <= jnp.arange(m - n, m)[None, :, None]
+        keep = below if keep is None else keep & below
+    return keep
 
 
-def key_mask(valid_lens: jax.Array, m: int) -> jax.Array:
-    """Boolean mask (b, 1, n or 1, m), True where a query may attend."""
-    one_per_row = valid_lens.ndim == 1
-    lens = valid_lens[:, None, None, None] if one_per_row else valid_lens[:, None, :, None]
-    return jnp.arange(m)[None, None, None, :] < lens
+def masked_softmax(scores: jax.Array, keep: jax.Array | None) -> jax.Array:
+    """Float32 softmax over the last axis of ``scores (B, n, m)`` where ``keep`` is True."""
+    if keep is not None:
+        scores = jnp.where(keep, scores, MASK_VALUE)
+    return jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(scores.dtype)
 
 
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention; returns the output only (the chapter's NNX version also
-    returns the weights, which fused kernels never form)."""
+    returns the weights, which fused kernels never form). ``self_attention`` picks the
+    fused backend's packing (one QKV kernel, or Q apart from a KV kernel)."""
 
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
                  backend: str = "batched", dropout: float = 0.0, *,
-                 dtype: Any = jnp.float32, rngs: nnx.Rngs | None = None) -> None:
+                 dtype: Any = jnp.float32, rngs: nnx.Rngs | None = None,
+                 self_attention: bool = True) -> None:
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
@@ -62,131 +82,230 @@ class MultiHeadAttention(nnx.Module):
                              "or the loop/batched backend")
         rngs = nnx.Rngs(params=0, dropout=1) if rngs is None else rngs
         self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
-        self.p = d // heads
-        kv_width = kv_heads * self.p
-        lin = dict(use_bias=False, dtype=dtype, param_dtype=dtype, rngs=rngs)
-        self.W_q = nnx.Linear(d, d, **lin)
-        self.W_k = nnx.Linear(d, kv_width, **lin)
-        self.W_v = nnx.Linear(d, kv_width, **lin)
-        self.W_o = nnx.Linear(d, d, **lin)
+        self.p = p = d // heads
+        kv_width = kv_heads * p
+
+        def lin(din: int, dout: int) -> nnx.Linear:
+            return nnx.Linear(din, dout, use_bias=False, dtype=dtype, param_dtype=dtype,
+                              rngs=rngs)
+
+        # Where each shared weight lives: (kernel path, torch-weight slice, axis) parts; a
+        # kernel is the concatenation (along its output axis) of its parts, transposed.
+        rows = lambda i: slice(i * p, (i + 1) * p)  # noqa: E731 (head i's features)
+        if backend == "loop":
+            self.q_heads = nnx.List([lin(d, p) for _ in range(heads)])
+            self.k_heads = nnx.List([lin(d, p) for _ in range(kv_heads)])
+            self.v_heads = nnx.List([lin(d, p) for _ in range(kv_heads)])
+            self.o_heads = nnx.List([lin(p, d) for _ in range(heads)])  # rows i*p...(i+1)*p
+            self._parts = [(f"{g}_heads.{i}", [(name, rows(i), axis)])
+                           for g, name, axis, count in (("q", "W_q", 0, heads),
+                                                        ("k", "W_k", 0, kv_heads),
+                                                        ("v", "W_v", 0, kv_heads),
+                                                        ("o", "W_o", 1, heads))
+                           for i in range(count)]
+        elif backend == "fused" and self_attention:
+            self.W_qkv = lin(d, d + 2 * kv_width)  # columns: W_q | W_k | W_v
+            self._parts = [("W_qkv", [(n, slice(None), 0) for n in ("W_q", "W_k", "W_v")])]
+        elif backend == "fused":
+            self.W_q, self.W_kv = lin(d, d), lin(d, 2 * kv_width)  # W_kv columns: W_k | W_v
+            self._parts = [("W_q", [("W_q", slice(None), 0)]),
+                           ("W_kv", [(n, slice(None), 0) for n in ("W_k", "W_v")])]
+        else:
+            self.W_q, self.W_k, self.W_v = lin(d, d), lin(d, kv_width), lin(d, kv_width)
+            self._parts = [(n, [(n, slice(None), 0)]) for n in ("W_q", "W_k", "W_v")]
+        if backend != "loop":
+            self.W_o = lin(d, d)
+            self._parts.append(("W_o", [("W_o", slice(None), 0)]))
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
+    # ----- the shared weight layout -----------------------------------------------------
+    def _kernel(self, path: str) -> nnx.Param:
+        node: Any = self
+        for key in path.split("."):
+            node = node[int(key)] if key.isdigit() else getattr(node, key)
+        return node.kernel
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Copy torch-layout ``(out, in)`` weights into this backend's kernels."""
+        for path, parts in self._parts:
+            kernel = self._kernel(path)
+            blocks = [weights[n][s] if axis == 0 else weights[n][:, s] for n, s, axis in parts]
+            kernel[...] = jnp.asarray(np.concatenate([b.T for b in blocks], axis=1),
+                                      dtype=kernel[...].dtype)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The weights in the shared torch layout (float32 numpy): from a model, or from a
+        gradient state merged into one (``nnx.merge(graphdef, grads, rest)``)."""
+        kv_width = self.kv_heads * self.p
+        shapes = {"W_q": (self.d, self.d), "W_k": (kv_width, self.d),
+                  "W_v": (kv_width, self.d), "W_o": (self.d, self.d)}
+        out = {n: np.zeros(shape, np.float32) for n, shape in shapes.items()}
+        for path, parts in self._parts:
+            kernel, start = np.asarray(self._kernel(path)[...], np.float32), 0
+            for name, s, axis in parts:
+                # The block's torch rows run along the kernel's output axis.
+                rows = shapes[name][0]
+                width = len(range(*s.indices(rows))) if axis == 0 else rows
+                block = kernel[:, start:start + width].T
+                if axis == 0:
+                    out[name][s] = block
+                else:
+                    out[name][:, s] = block
+                start += width
+        return out
+
+    # ----- the two halves of a forward pass -------------------------------------------
     def project_kv(self, keys: jax.Array, values: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Projected keys and values, each (b, m, h_kv, p): what a KV cache stores."""
-        b, m = keys.shape[:2]
+        """Projected keys and values, each (b, h_kv, m, p): what a KV cache stores."""
         with region("projections"):
             if self.backend == "loop":
-                cols = [slice(j * self.p, (j + 1) * self.p) for j in range(self.kv_heads)]
-                k = jnp.stack([keys @ self.W_k.kernel[...][:, c] for c in cols], axis=2)
-                v = jnp.stack([values @ self.W_v.kernel[...][:, c] for c in cols], axis=2)
+                k = jnp.stack([lin(keys) for lin in self.k_heads], axis=1)
+                v = jnp.stack([lin(values) for lin in self.v_heads], axis=1)
                 return k, v
-            # (b, m, h_kv * p) -> (b, m, h_kv, p)
-            return (self.W_k(keys).reshape(b, m, self.kv_heads, self.p),
-                    self.W_v(values).reshape(b, m, self.kv_heads, self.p))
+            if self.backend == "fused":
+                kernel = self.W_kv.kernel[...] if hasattr(self, "W_kv") else \
+                    self.W_qkv.kernel[...][:, self.d:]  # a self-attention layer: a copy
+                if keys is values:  # one matmul for K and V
+                    k, v = jnp.split(keys @ kernel, 2, axis=-1)
+                else:
+                    half = kernel.shape[1] // 2
+                    k, v = keys @ kernel[:, :half], values @ kernel[:, half:]
+            else:
+                k, v = self.W_k(keys), self.W_v(values)
+            return self._split_heads(k, self.kv_heads), self._split_heads(v, self.kv_heads)
 
     def attend(self, queries: jax.Array, k: jax.Array, v: jax.Array,
-               valid_lens: jax.Array | None = None) -> jax.Array:
-        """Output (b, n, d) of queries (b, n, d) over projected k, v (b, m, h_kv, p)."""
+               valid_lens: jax.Array | None = None, causal: bool = False) -> jax.Array:
+        """Output (b, n, d) of queries (b, n, d) over projected k, v (b, h_kv, m, p)."""
         if self.backend == "loop":
-            return self._attend_loop(queries, k, v, valid_lens)
+            keep = keep_mask(queries.shape[1], k.shape[2], valid_lens, causal)
+            return self._attend_loop(queries, k, v, keep)
         b, n = queries.shape[:2]
         with region("projections"):
-            q = self.W_q(queries).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
+            kernel = self.W_qkv.kernel[...][:, :self.d] if hasattr(self, "W_qkv") else \
+                self.W_q.kernel[...]
+            q = (queries @ kernel).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
         if self.backend == "fused":
-            out = self._sdpa(q, k, v, valid_lens)
+            out = self._sdpa(q, k, v, keep_mask(n, k.shape[2], valid_lens, causal))
         else:
-            out = self._attend_batched(q, k, v, valid_lens)
-        with region("output"):
-            return self.W_o(out.reshape(b, n, self.d))
+            out = self._attend_batched(q, k, v, valid_lens, causal)
+        return self._output(out)
 
     def __call__(self, queries: jax.Array, keys: jax.Array, values: jax.Array,
-                 valid_lens: jax.Array | None = None) -> jax.Array:
-        if self.backend == "fused" and queries is keys and keys is values:
-            return self._fused_self_attention(queries, valid_lens)
+                 valid_lens: jax.Array | None = None, causal: bool = False) -> jax.Array:
+        if hasattr(self, "W_qkv") and queries is keys and keys is values:
+            q, k, v = self._project_packed(queries)
+            keep = keep_mask(q.shape[1], k.shape[2], valid_lens, causal)
+            return self._output(self._sdpa(q, k, v, keep))
         k, v = self.project_kv(keys, values)
-        return self.attend(queries, k, v, valid_lens)
+        return self.attend(queries, k, v, valid_lens, causal)
 
-    def _sdpa(self, q, k, v, valid_lens):
-        mask = None if valid_lens is None else key_mask(valid_lens, k.shape[1])
-        with region("attention"):
-            return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+    def decode_step(self, token: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
+        """One generation step: the new token (b, 1, d) is projected to q, k, v; k and v
+        are written into ``cache`` at its position, which advances; q attends over the
+        valid prefix. Returns the output (b, 1, d) and the updated cache."""
+        if hasattr(self, "W_qkv"):
+            q, k, v = self._project_packed(token)
+        else:
+            k, v = self.project_kv(token, token)
+        with region("cache"):
+            cache = cache.append(k, v)
+        # The cache's capacity is static; positions at or past pos are masked out.
+        lens = jnp.full((token.shape[0],), cache.pos, jnp.int32)
+        if hasattr(self, "W_qkv"):
+            keep = keep_mask(1, cache.k.shape[2], lens, False)
+            return self._output(self._sdpa(q, cache.k, cache.v, keep)), cache
+        return self.attend(token, cache.k, cache.v, lens), cache
 
-    def _fused_self_attention(self, x, valid_lens):
-        # One matmul for Q, K and V when one array feeds all three (as the torch backend
-        # and torch's own MultiheadAttention fast path do).
+    # ----- backends ---------------------------------------------------------------------
+    def _split_heads(self, x, heads):
+        # (b, len, heads * p) -> (b, len, heads, p) -> (b, heads, len, p)
+        return x.reshape(x.shape[0], x.shape[1], heads, self.p).transpose(0, 2, 1, 3)
+
+    def _project_packed(self, x):
+        # Q (b, n, h, p), K and V (b, h_kv, n, p) of one array in one packed matmul.
         b, n = x.shape[:2]
         kv_width = self.kv_heads * self.p
         with region("projections"):
-            w = jnp.concatenate([self.W_q.kernel[...], self.W_k.kernel[...],
-                                 self.W_v.kernel[...]], axis=1)  # (d, d + 2 h_kv p)
-            q, k, v = jnp.split(x @ w, [self.d, self.d + kv_width], axis=-1)
-            # (b, n, width) -> (b, n, heads, p)
-            q = q.reshape(b, n, self.heads, self.p)
-            k, v = (t.reshape(b, n, self.kv_heads, self.p) for t in (k, v))
-        out = self._sdpa(q, k, v, valid_lens)
+            q, k, v = jnp.split(self.W_qkv(x), [self.d, self.d + kv_width], axis=-1)
+            return (q.reshape(b, n, self.heads, self.p), self._split_heads(k, self.kv_heads),
+                    self._split_heads(v, self.kv_heads))
+
+    def _output(self, out):
+        b, n = out.shape[:2]
         with region("output"):
             return self.W_o(out.reshape(b, n, self.d))
 
-    def _attend_batched(self, q, k, v, valid_lens):
+    def _sdpa(self, q, k, v, keep):
+        mask = None if keep is None else keep[:, None]  # (b or 1, 1, n or 1, m)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, m, h_kv, p) views
+        with region("attention"):
+            return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+
+    def _attend_batched(self, q, k, v, valid_lens, causal):
         b, n, h, p = q.shape
-        m, g = k.shape[1], self.heads // self.kv_heads
+        m, g = k.shape[2], self.heads // self.kv_heads
         if g > 1:  # each key/value head serves g consecutive query heads
-            k, v = jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)
-        # Fold heads into the batch axis: (b, len, h, p) -> (b, h, len, p) -> (b*h, len, p)
+            k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
+        # Fold heads into the batch axis: q (b, n, h, p) -> (b, h, n, p) -> (b*h, n, p);
+        # k, v (b, h, m, p) -> (b*h, m, p)
         q = q.transpose(0, 2, 1, 3).reshape(b * h, n, p)
-        k = k.transpose(0, 2, 1, 3).reshape(b * h, m, p)
-        v = v.transpose(0, 2, 1, 3).reshape(b * h, m, p)
+        k, v = k.reshape(b * h, m, p), v.reshape(b * h, m, p)
         if valid_lens is not None:
             # Row i*h + j is head j of sequence i: repeat each length h times (not tile).
             valid_lens = jnp.repeat(valid_lens, h, axis=0)
+        keep = keep_mask(n, m, valid_lens, causal)
         with region("scores"):
             scores = jnp.einsum("bnp,bmp->bnm", q, k) / math.sqrt(p)
         with region("softmax"):
-            weights = self.dropout(masked_softmax(scores, valid_lens))
+            weights = self.dropout(masked_softmax(scores, keep))
         with region("mixing"):
             out = jnp.einsum("bnm,bmp->bnp", weights, v)  # (b*h, n, p)
-        # (b*h, n, p) -> (b, h, n, p) -> (b, n, h, p); attend() flattens to (b, n, d)
+        # (b*h, n, p) -> (b, h, n, p) -> (b, n, h, p); _output flattens to (b, n, d)
         return out.reshape(b, h, n, p).transpose(0, 2, 1, 3)
 
-    def _attend_loop(self, queries, k, v, valid_lens):
+    def _attend_loop(self, queries, k, v, keep):
         g = self.heads // self.kv_heads
-        wq, wo = self.W_q.kernel[...], self.W_o.kernel[...]
         out = None
         for i in range(self.heads):
-            cols = slice(i * self.p, (i + 1) * self.p)
             with region("projections"):
-                q_i = queries @ wq[:, cols]  # (b, n, p): head i's query features
+                q_i = self.q_heads[i](queries)  # (b, n, p): head i's query features
             with region("scores"):
-                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, :, i // g]) / math.sqrt(self.p)
+                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, i // g]) / math.sqrt(self.p)
             with region("softmax"):
-                weights = self.dropout(masked_softmax(scores, valid_lens))
+                weights = self.dropout(masked_softmax(scores, keep))
             with region("mixing"):
-                head = jnp.einsum("bnm,bmp->bnp", weights, v[:, :, i // g])
+                head = jnp.einsum("bnm,bmp->bnp", weights, v[:, i // g])
             with region("output"):
-                part = head @ wo[cols, :]  # head i enters W_o through rows i*p ... (i+1)*p - 1
+                part = self.o_heads[i](head)  # head i's share of W_o
                 out = part if out is None else out + part
         return out
 
 
 class ReferenceAttention(nnx.Module):
-    """``flax.nnx.MultiHeadAttention`` (no bias) behind our interface, same weights."""
+    """``flax.nnx.MultiHeadAttention`` (no bias) behind our interface, with the source
+    layer's weights and dropout rate."""
 
-    def __init__(self, source: MultiHeadAttention, dtype: Any = jnp.float32) -> None:
+    def __init__(self, source: MultiHeadAttention, dropout: float = 0.0,
+                 dtype: Any = jnp.float32) -> None:
         if source.kv_heads != source.heads:
             raise ValueError("the reference backend supports MHA only")
         h, p, d = source.heads, source.p, source.d
         self.mha = nnx.MultiHeadAttention(
             num_heads=h, in_features=d, qkv_features=d, out_features=d, use_bias=False,
-            decode=False, deterministic=True, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0))
-        # nnx.Linear kernel (in, h*p) -> DenseGeneral kernel (in, h, p); out (h*p, d) -> (h, p, d)
-        self.mha.query.kernel[...] = source.W_q.kernel[...].reshape(d, h, p)
-        self.mha.key.kernel[...] = source.W_k.kernel[...].reshape(d, h, p)
-        self.mha.value.kernel[...] = source.W_v.kernel[...].reshape(d, h, p)
-        self.mha.out.kernel[...] = source.W_o.kernel[...].reshape(h, p, d)
+            dropout_rate=dropout, decode=False, dtype=dtype, param_dtype=dtype,
+            rngs=nnx.Rngs(0, dropout=1))
+        w = {name: jnp.asarray(value, dtype) for name, value in source.weights().items()}
+        # (out, in) -> DenseGeneral kernels (in, h, p) and, for the output, (h, p, out)
+        self.mha.query.kernel[...] = w["W_q"].T.reshape(d, h, p)
+        self.mha.key.kernel[...] = w["W_k"].T.reshape(d, h, p)
+        self.mha.value.kernel[...] = w["W_v"].T.reshape(d, h, p)
+        self.mha.out.kernel[...] = w["W_o"].T.reshape(h, p, d)
 
     def __call__(self, queries, keys, values, valid_lens=None):
-        mask = None if valid_lens is None else key_mask(valid_lens, keys.shape[1])
-        return self.mha(queries, keys, values, mask=mask)
+        keep = None if valid_lens is None else keep_mask(queries.shape[1], keys.shape[1],
+                                                         valid_lens, False)[:, None]
+        return self.mha(queries, keys, values, mask=keep)
 
 
 # ----- building and running a config ----------------------------------------------------
@@ -199,73 +318,101 @@ def jax_device(device: str) -> jax.Device:
 
 def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None = None
                 ) -> nnx.Module:
-    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``)."""
+    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), in
+    evaluation mode (deterministic); ``make_step`` switches train configs to training."""
     weights = init_weights(config) if weights is None else weights
     dtype = JAX_DTYPES[config.dtype]
     backend = "batched" if config.backend == "reference" else config.backend
     with jax.default_device(jax_device(config.device)):
         model = MultiHeadAttention(config.d, config.heads, config.kv_heads, backend,
-                                   config.dropout, dtype=dtype)
-        for name, value in weights.items():
-            getattr(model, name).kernel[...] = jnp.asarray(value.T, dtype=dtype)
+                                   0.0 if config.backend == "reference" else config.dropout,
+                                   dtype=dtype, self_attention=not config.cross)
+        model.load_weights(weights)
         if config.backend == "reference":
-            model = ReferenceAttention(model, dtype=dtype)
+            model = ReferenceAttention(model, config.dropout, dtype=dtype)
+    model.eval()
     return model
 
 
 def to_arrays(config: AttentionConfig, arrays: dict[str, np.ndarray | None]
               ) -> dict[str, jax.Array | None]:
+    """numpy inputs -> arrays on the config's device/dtype; one numpy array feeding
+    several inputs (self-attention) stays one array."""
     dev, dtype = jax_device(config.device), JAX_DTYPES[config.dtype]
     out: dict[str, jax.Array | None] = {}
+    seen: dict[int, jax.Array] = {}
     for name, value in arrays.items():
-        if value is not None and value.dtype == np.float32:
-            value = value.astype(dtype)
-        out[name] = None if value is None else jax.device_put(value, dev)
+        if value is None or id(value) in seen:
+            out[name] = None if value is None else seen[id(value)]
+            continue
+        cast = value.astype(dtype) if value.dtype == np.float32 else value
+        out[name] = seen[id(value)] = jax.device_put(cast, dev)
     return out
 
 
+def upstream_gradient(config: AttentionConfig, seed: int = 0) -> jax.Array:
+    """The output gradient (b, n, d) a training step back-propagates (``inputs``)."""
+    return to_arrays(config, {"g": make_upstream(config, seed + 2)})["g"]
+
+
 def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
-    """A ready-to-call, compiled step for ``config`` (forward, forward+backward w.r.t. the
-    parameters, or decode over cached keys/values) that blocks until its result is ready.
-    Compilation happens here, outside any clock."""
+    """A ready-to-call, compiled step for ``config`` that blocks until its result is ready:
+    a forward pass; a training step (gradients w.r.t. the parameters and the inputs, with a
+    fresh dropout key each call, threaded through the compiled function); or a decode-mode
+    step (``jax_decode``). Compilation happens here, outside any clock."""
     model = build_model(config, init_weights(config, seed))
     x = to_arrays(config, make_inputs(config, seed + 1))
-    q, k, v, lens = x["queries"], x["keys"], x["values"], x["valid_lens"]
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-    # Self-attention passes one array, so the model sees that one tensor feeds queries,
-    # keys and values (separate jit arguments would be separate tracers).
-    self_attention = not config.cross and config.mode != "decode"
-    inputs = (q, lens) if self_attention else (q, k, v, lens)
-
-    def forward(params, rest, *inputs):
-        model = nnx.merge(graphdef, params, rest)
-        if self_attention:
-            x, lens = inputs
-            return model(x, x, x, lens)
-        return model(*inputs)
-
     if config.mode == "train":
-        def loss(params, rest, *inputs):
-            return forward(params, rest, *inputs).astype(jnp.float32).sum()
+        model.train()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    if config.mode in ("decode", "prefix"):
+        return make_decode_step(config, graphdef, params, rest, x)
 
-        fn = jax.jit(jax.grad(loss))
-        args: tuple = (params, rest, *inputs)
-    elif config.mode == "decode":
-        def decode(params, rest, q, k_cache, v_cache, lens):
-            return nnx.merge(graphdef, params, rest).attend(q, k_cache, v_cache, lens)
+    # One jit argument per distinct input array, so the model sees which one tensor feeds
+    # queries, keys and values (separate arguments would be separate tracers).
+    names = ("queries", "keys", "values")
+    distinct = list({id(x[n]): x[n] for n in names}.values())
+    wiring = [next(i for i, a in enumerate(distinct) if a is x[n]) for n in names]
+    lens = x["valid_lens"]
 
-        k_cache, v_cache = jax.jit(
-            lambda params, rest, k, v: nnx.merge(graphdef, params, rest).project_kv(k, v)
-        )(params, rest, k, v)
-        fn, args = jax.jit(decode), (params, rest, q, k_cache, v_cache, lens)
+    def call(model, inputs, lens):
+        return model(*(inputs[i] for i in wiring), lens)
+
+    def forward(params, rest, inputs, lens):
+        return call(nnx.merge(graphdef, params, rest), inputs, lens)
+
+    if config.mode != "train":
+        compiled = compile_traced(forward, (params, rest, distinct, lens))
+
+        def step() -> Any:
+            return jax.block_until_ready(compiled(params, rest, distinct, lens))
     else:
-        fn, args = jax.jit(forward), (params, rest, *inputs)
+        # The gradient arriving from the layers above: a fixed array, not the constant
+        # ones of sum(), which XLA would fold into reductions and so skip matmuls.
+        upstream = upstream_gradient(config, seed)
 
-    compiled = fn.lower(*args).compile()
+        def train(params, rest, key, inputs, lens, upstream):
+            key, dropout_key = jax.random.split(key)  # the next step's key goes back out
 
-    def step() -> Any:
-        return jax.block_until_ready(compiled(*args))
+            def layer(params, inputs):
+                # Fresh variables inside the differentiated trace (dropout counts its calls).
+                model = nnx.merge(graphdef, params, rest, copy=True)
+                if config.dropout:
+                    nnx.reseed(model, dropout=dropout_key)  # this step's masks
+                return call(model, inputs, lens)
 
-    step.compiled = compiled  # XLA cost analysis and HLO text for the cost model tests
+            # The output goes out too: the layers above need it (and XLA would otherwise
+            # drop the output projection, which no gradient needs).
+            out, backward = jax.vjp(layer, params, inputs)
+            return (out, *backward(upstream)), key
+
+        state = {"key": jax.random.key(seed)}
+        compiled = compile_traced(train, (params, rest, state["key"], distinct, lens, upstream))
+
+        def step() -> Any:
+            result, state["key"] = compiled(params, rest, state["key"], distinct, lens,
+                                            upstream)
+            return jax.block_until_ready(result)  # (output, parameter grads, input grads)
+
+    step.compiled = compiled  # XLA cost analysis, HLO text and jaxpr for the tests
     return step

@@ -1,13 +1,20 @@
 """PyTorch multi-head attention with three backends (loop, batched, fused) and MHA/GQA/MQA.
 
-All backends share one parameter layout (``mhabench.inputs``): ``W_q``, ``W_k``, ``W_v``,
-``W_o`` as bias-free ``nn.Linear`` layers, key/value projections of width ``h_kv * p``
-shared by groups of ``h / h_kv`` query heads. The ``reference`` backend wraps
-``torch.nn.MultiheadAttention`` (its fast path) with the same weights.
+All backends load one parameter layout (``mhabench.inputs``): ``W_q``, ``W_k``, ``W_v``,
+``W_o``, key/value projections of width ``h_kv * p`` shared by groups of ``h / h_kv`` query
+heads. ``loop`` and ``batched`` hold them as four bias-free ``nn.Linear`` layers; ``fused``
+packs ``W_q; W_k; W_v`` into one ``W_qkv`` parameter at build time (as torch's own
+``MultiheadAttention`` keeps ``in_proj_weight``), so no step concatenates weights. The
+``reference`` backend wraps ``torch.nn.MultiheadAttention`` (its fast path), same weights.
+
+Softmax runs in float32 in every backend: ``loop`` and ``batched`` upcast the scores
+(:func:`masked_softmax`); the CPU flash kernel behind ``fused`` and ``reference``
+accumulates in float32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -16,19 +23,29 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.profiler import record_function
+from torch.autograd import profiler as autograd_profiler
 
 from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights, make_inputs
+from mhabench.inputs import WEIGHT_NAMES, init_weights, make_inputs, make_upstream
+from mhabench.torch_decode import KVCache, make_decode_step, synchronize
 
 # Profiler regions (record_function labels, never nested, so their times add up):
 # projections, scores, softmax (scale is in scores; mask and dropout in softmax), mixing,
-# output; the fused kernel is one region, "attention" (scores + softmax + mixing).
-REGIONS = ("projections", "scores", "softmax", "mixing", "output", "attention")
+# output; the fused kernel is one region, "attention" (scores + softmax + mixing); "cache"
+# is a decode step's write into the KV cache.
+REGIONS = ("projections", "scores", "softmax", "mixing", "output", "attention", "cache")
+_NO_REGION = contextlib.nullcontext()
 
 
-def region(name: str) -> record_function:
-    return record_function(name)
+def region(name: str) -> contextlib.AbstractContextManager:
+    """A ``record_function`` label while a torch profiler records, else a no-op.
+
+    ``record_function`` dispatches an enter and an exit op on every call even when no
+    profiler runs: the loop backend would pay 5 pairs per head inside every timed step.
+    """
+    if autograd_profiler._is_profiler_enabled:  # set by torch.profiler / autograd.profiler
+        return autograd_profiler.record_function(name)
+    return _NO_REGION
 
 
 # d2l's masked_softmax fills masked scores with -1e6 (not -inf), so a row with no valid
@@ -36,25 +53,33 @@ def region(name: str) -> record_function:
 MASK_VALUE = -1e6
 
 
-def masked_softmax(scores: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last axis of ``scores (B, n, m)``, keys past valid_lens masked.
+def keep_mask(n: int, m: int, valid_lens: torch.Tensor | None, causal: bool,
+              device: torch.device | str) -> torch.Tensor | None:
+    """Boolean (B or 1, n or 1, m), True where a query may attend; None: everywhere.
 
-    valid_lens: None, ``(B,)`` (one length per row of the batch) or ``(B, n)`` (one per
-    query).
+    valid_lens: None, ``(B,)`` (one length per row) or ``(B, n)`` (one per query).
+    causal: query i of n sits at position m - n + i and sees keys up to it.
     """
-    if valid_lens is None:
-        return F.softmax(scores, dim=-1)
-    # (B,) -> (B, 1, 1); (B, n) -> (B, n, 1): broadcast against key positions (1, 1, m).
-    lens = valid_lens[:, None, None] if valid_lens.dim() == 1 else valid_lens[:, :, None]
-    keep = torch.arange(scores.shape[-1], device=scores.device)[None, None, :] < lens
-    return F.softmax(scores.masked_fill(~keep, MASK_VALUE), dim=-1)
+    keep = None
+    positions = torch.arange(m, device=device)
+    if valid_lens is not None:
+        # (B,) -> (B, 1, 1); (B, n) -> (B, n, 1): broadcast against key positions (1, 1, m).
+        lens = valid_lens[:, None, None] if valid_lens.dim() == 1 else valid_lens[:, :, None]
+        keep = positions[None, None, :] < lens
+    if causal:
+        last = torch.arange(m - n, m, device=device)[None, :, None]  # (1, n, 1)
+        below = positions[None, None, :] <= last
+        keep = below if keep is None else keep & below
+    return keep
 
 
-def key_mask(valid_lens: torch.Tensor, n: int, m: int) -> torch.Tensor:
-    """Boolean mask (b, 1, n or 1, m), True where a query may attend (SDPA convention)."""
-    one_per_row = valid_lens.dim() == 1
-    lens = valid_lens[:, None, None, None] if one_per_row else valid_lens[:, None, :, None]
-    return torch.arange(m, device=valid_lens.device)[None, None, None, :] < lens
+def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Float32 softmax over the last axis of ``scores (B, n, m)``, where ``keep`` is False
+    masked out; returned in the scores' dtype."""
+    if keep is not None:
+        scores = scores.masked_fill(~keep, MASK_VALUE)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32)
+    return weights if weights.dtype == scores.dtype else weights.to(scores.dtype)
 
 
 class MultiHeadAttention(nn.Module):
@@ -72,11 +97,40 @@ class MultiHeadAttention(nn.Module):
                              "(reference: build_model)")
         self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
         self.p = d // heads
+        kv_width = kv_heads * self.p
         self.dropout = nn.Dropout(dropout)
-        self.W_q = nn.Linear(d, d, bias=False)
-        self.W_k = nn.Linear(d, kv_heads * self.p, bias=False)
-        self.W_v = nn.Linear(d, kv_heads * self.p, bias=False)
+        # Rows of each projection inside the packed weight (fused) and the shapes loaded.
+        self._rows = {"W_q": (0, d), "W_k": (d, d + kv_width),
+                      "W_v": (d + kv_width, d + 2 * kv_width)}
+        if backend == "fused":
+            self.W_qkv = nn.Linear(d, d + 2 * kv_width, bias=False)  # rows: W_q; W_k; W_v
+        else:
+            self.W_q = nn.Linear(d, d, bias=False)
+            self.W_k = nn.Linear(d, kv_width, bias=False)
+            self.W_v = nn.Linear(d, kv_width, bias=False)
         self.W_o = nn.Linear(d, d, bias=False)
+
+    # ----- the shared weight layout -----------------------------------------------------
+    def weight(self, name: str) -> torch.Tensor:
+        """``name``'s (out, in) weight; a view of the packed parameter for fused."""
+        if self.backend != "fused" or name == "W_o":
+            return getattr(self, name).weight
+        start, stop = self._rows[name]
+        return self.W_qkv.weight[start:stop]
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        with torch.no_grad():
+            for name in WEIGHT_NAMES:
+                self.weight(name).copy_(torch.from_numpy(weights[name]))
+
+    def weight_grads(self) -> dict[str, torch.Tensor | None]:
+        """The gradient of each weight of the shared layout (after a backward pass)."""
+        if self.backend != "fused":
+            return {name: getattr(self, name).weight.grad for name in WEIGHT_NAMES}
+        packed = self.W_qkv.weight.grad
+        grads = {name: None if packed is None else packed[start:stop]
+                 for name, (start, stop) in self._rows.items()}
+        return {**grads, "W_o": self.W_o.weight.grad}
 
     # ----- head bookkeeping (the chapter's transpose_qkv / transpose_output) ----------
     def split_heads(self, X: torch.Tensor, heads: int) -> torch.Tensor:
@@ -87,45 +141,81 @@ class MultiHeadAttention(nn.Module):
         # (b, h, n, p) -> (b, n, h, p) -> (b, n, d)
         return X.transpose(1, 2).reshape(X.shape[0], X.shape[2], self.d)
 
+    def _drop(self, weights: torch.Tensor) -> torch.Tensor:
+        # Not even a no-op call outside training: eval steps dispatch nothing for dropout.
+        return self.dropout(weights) if self.training and self.dropout.p else weights
+
     # ----- the two halves of a forward pass -------------------------------------------
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Projected keys and values, each (b, h_kv, m, p): what a KV cache stores."""
         with region("projections"):
             if self.backend == "loop":
-                # One key/value head at a time through the sliced projections.
+                # One key/value head at a time through the sliced projections (views).
                 ks, vs = [], []
                 for j in range(self.kv_heads):
                     rows = slice(j * self.p, (j + 1) * self.p)
                     ks.append(keys @ self.W_k.weight[rows].T)  # (b, m, p)
                     vs.append(values @ self.W_v.weight[rows].T)
                 return torch.stack(ks, dim=1), torch.stack(vs, dim=1)
-            return self.split_heads(self.W_k(keys), self.kv_heads), \
-                self.split_heads(self.W_v(values), self.kv_heads)
+            if self.backend == "fused" and keys is values:
+                # One matmul for K and V: their rows are adjacent in the packed weight.
+                kv = F.linear(keys, self.W_qkv.weight[self.d:])
+                k, v = kv.split(self.kv_heads * self.p, dim=-1)
+            else:
+                k, v = F.linear(keys, self.weight("W_k")), F.linear(values, self.weight("W_v"))
+            return self.split_heads(k, self.kv_heads), self.split_heads(v, self.kv_heads)
 
     def attend(self, queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+               valid_lens: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
         """Output (b, n, d) of queries (b, n, d) over projected k, v (b, h_kv, m, p)."""
         if self.backend == "loop":
-            return self._attend_loop(queries, k, v, valid_lens)
+            keep = keep_mask(queries.shape[1], k.shape[2], valid_lens, causal, k.device)
+            return self._attend_loop(queries, k, v, keep)
         with region("projections"):
-            q = self.split_heads(self.W_q(queries), self.heads)  # (b, h, n, p)
+            q = self.split_heads(F.linear(queries, self.weight("W_q")), self.heads)  # (b,h,n,p)
         if self.backend == "fused":
-            out = self._sdpa(q, k, v, valid_lens)
+            out = self._sdpa(q, k, v, valid_lens, causal)
         else:
-            out = self._attend_batched(q, k, v, valid_lens)
+            out = self._attend_batched(q, k, v, valid_lens, causal)
+        return self._output(out)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                valid_lens: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+        if self.backend == "fused" and queries is keys and keys is values:
+            q, k, v = self._project_packed(queries)
+            return self._output(self._sdpa(q, k, v, valid_lens, causal))
+        k, v = self.project_kv(keys, values)
+        return self.attend(queries, k, v, valid_lens, causal)
+
+    def decode_step(self, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """One generation step: the new token (b, 1, d) is projected to q, k, v; k and v
+        are written into ``cache`` at its position (in place), which then advances; q
+        attends over the cache's grown prefix. Returns (b, 1, d)."""
+        if self.backend == "fused":
+            q, k, v = self._project_packed(token)
+        else:
+            k, v = self.project_kv(token, token)
+        with region("cache"):
+            k_all, v_all = cache.append(k, v)  # (b, h_kv, pos + 1, p)
+        if self.backend == "fused":
+            return self._output(self._sdpa(q, k_all, v_all, None, False))
+        return self.attend(token, k_all, v_all)
+
+    # ----- backends ---------------------------------------------------------------------
+    def _project_packed(self, x):
+        # Q, K and V of one tensor in one matmul with the packed weight.
+        with region("projections"):
+            kv_width = self.kv_heads * self.p
+            q, k, v = self.W_qkv(x).split([self.d, kv_width, kv_width], dim=-1)
+            return (self.split_heads(q, self.heads), self.split_heads(k, self.kv_heads),
+                    self.split_heads(v, self.kv_heads))
+
+    def _output(self, out):
         with region("output"):
             return self.W_o(self.merge_heads(out))
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                valid_lens: torch.Tensor | None = None) -> torch.Tensor:
-        if self.backend == "fused" and queries is keys and keys is values:
-            return self._fused_self_attention(queries, valid_lens)
-        k, v = self.project_kv(keys, values)
-        return self.attend(queries, k, v, valid_lens)
-
-    # ----- backends ---------------------------------------------------------------------
-    def _attend_batched(self, q, k, v, valid_lens):
+    def _attend_batched(self, q, k, v, valid_lens, causal):
         b, n, h = q.shape[0], q.shape[2], self.heads
         g = h // self.kv_heads
         # Each key/value head serves g consecutive query heads: (b, h_kv, m, p) -> (b, h, m, p)
@@ -136,15 +226,16 @@ class MultiHeadAttention(nn.Module):
         if valid_lens is not None:
             # Row i*h + j is head j of sequence i: repeat each length h times (not tile).
             valid_lens = torch.repeat_interleave(valid_lens, repeats=h, dim=0)
+        keep = keep_mask(n, k.shape[1], valid_lens, causal, k.device)
         with region("scores"):
             scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.p)  # (b*h, n, m)
         with region("softmax"):
-            weights = self.dropout(masked_softmax(scores, valid_lens))
+            weights = self._drop(masked_softmax(scores, keep))
         with region("mixing"):
             out = torch.bmm(weights, v)  # (b*h, n, p)
         return out.reshape(b, h, n, self.p)
 
-    def _attend_loop(self, queries, k, v, valid_lens):
+    def _attend_loop(self, queries, k, v, keep):
         g = self.heads // self.kv_heads
         out = None
         for i in range(self.heads):
@@ -154,7 +245,7 @@ class MultiHeadAttention(nn.Module):
             with region("scores"):
                 scores = torch.bmm(q_i, k[:, i // g].transpose(1, 2)) / math.sqrt(self.p)
             with region("softmax"):
-                weights = self.dropout(masked_softmax(scores, valid_lens))  # (b, n, m)
+                weights = self._drop(masked_softmax(scores, keep))  # (b, n, m)
             with region("mixing"):
                 head = torch.bmm(weights, v[:, i // g])  # (b, n, p)
             with region("output"):
@@ -163,30 +254,25 @@ class MultiHeadAttention(nn.Module):
                 out = part if out is None else out + part
         return out
 
-    def _sdpa(self, q, k, v, valid_lens):
+    def _sdpa(self, q, k, v, valid_lens, causal):
         # 4-D (b, h, n, p) inputs: on CPU this reaches the flash kernel; 3-D input would
-        # silently take the slow math path.
-        mask = None if valid_lens is None else key_mask(valid_lens, q.shape[2], k.shape[2])
+        # silently take the slow math path. SDPA's own causal flag aligns the mask top-left,
+        # right only for n == m; otherwise the mask is explicit.
+        n, m = q.shape[2], k.shape[2]
+        own_causal = causal and valid_lens is None and n == m
+        keep = None
+        if (valid_lens is not None or causal) and not own_causal:
+            keep = keep_mask(n, m, valid_lens, causal, q.device)[:, None]  # (b|1, 1, n|1, m)
         with region("attention"):
             return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0,
+                q, k, v, attn_mask=keep, is_causal=own_causal,
+                dropout_p=self.dropout.p if self.training else 0.0,
                 enable_gqa=self.kv_heads != self.heads)
-
-    def _fused_self_attention(self, x, valid_lens):
-        # One matmul for Q, K and V when one tensor feeds all three (as torch's own
-        # MultiheadAttention fast path does).
-        with region("projections"):
-            w = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
-            kv_width = self.kv_heads * self.p
-            q, k, v = F.linear(x, w).split([self.d, kv_width, kv_width], dim=-1)
-        out = self._sdpa(self.split_heads(q, self.heads), self.split_heads(k, self.kv_heads),
-                         self.split_heads(v, self.kv_heads), valid_lens)
-        with region("output"):
-            return self.W_o(self.merge_heads(out))
 
 
 class ReferenceAttention(nn.Module):
-    """``torch.nn.MultiheadAttention`` (need_weights=False, no bias) behind our interface."""
+    """``torch.nn.MultiheadAttention`` (need_weights=False, no bias) behind our interface,
+    with the source layer's weights and dropout rate."""
 
     def __init__(self, source: MultiHeadAttention) -> None:
         super().__init__()
@@ -197,8 +283,8 @@ class ReferenceAttention(nn.Module):
                                          bias=False, batch_first=True)
         with torch.no_grad():
             self.mha.in_proj_weight.copy_(torch.cat(
-                [source.W_q.weight, source.W_k.weight, source.W_v.weight]))
-            self.mha.out_proj.weight.copy_(source.W_o.weight)
+                [source.weight("W_q"), source.weight("W_k"), source.weight("W_v")]))
+            self.mha.out_proj.weight.copy_(source.weight("W_o"))
 
     def forward(self, queries, keys, values, valid_lens=None):
         padding, attn_mask = None, None
@@ -209,8 +295,8 @@ class ReferenceAttention(nn.Module):
                 padding = torch.arange(m, device=keys.device)[None, :] >= valid_lens[:, None]
             else:
                 # Per-query lengths need a (b*h, n, m) mask, rows ordered batch-major.
-                allowed = key_mask(valid_lens, queries.shape[1], m)  # (b, 1, n, m)
-                attn_mask = ~allowed.expand(-1, self.heads, -1, -1).reshape(
+                allowed = keep_mask(queries.shape[1], m, valid_lens, False, keys.device)
+                attn_mask = ~allowed[:, None].expand(-1, self.heads, -1, -1).reshape(
                     -1, queries.shape[1], m)
         out, _ = self.mha(queries, keys, values, key_padding_mask=padding,
                           attn_mask=attn_mask, need_weights=False)
@@ -227,9 +313,7 @@ def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None =
     weights = init_weights(config) if weights is None else weights
     backend = "batched" if config.backend == "reference" else config.backend
     model = MultiHeadAttention(config.d, config.heads, config.kv_heads, backend, config.dropout)
-    with torch.no_grad():
-        for name, value in weights.items():
-            getattr(model, name).weight.copy_(torch.from_numpy(value))
+    model.load_weights(weights)
     if config.backend == "reference":
         model = ReferenceAttention(model)
     return model.to(device=config.device, dtype=TORCH_DTYPES[config.dtype])
@@ -254,43 +338,40 @@ def to_tensors(config: AttentionConfig, arrays: dict[str, np.ndarray | None]
     return out
 
 
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
-    """A ready-to-call step for ``config``: one forward, forward+backward, or decode step,
-    synchronised with the device before it returns."""
+    """A ready-to-call step for ``config`` (forward, forward+backward, or a decode-mode
+    step, see ``mhabench.config.MODES``), synchronised with the device before it returns."""
     model = build_model(config, init_weights(config, seed))
     x = to_tensors(config, make_inputs(config, seed + 1))
-    q, k, v, lens = x["queries"], x["keys"], x["values"], x["valid_lens"]
+    if config.mode in ("decode", "prefix"):
+        return make_decode_step(config, model.eval(), x)
     device = config.device
 
     if config.mode == "train":
         model.train()
+        # The input needs its gradient too, as for a layer inside a network. Leaf tensors
+        # made once; self-attention keeps one tensor for queries, keys and values.
+        leaves: dict[int, torch.Tensor] = {}
+        for name in ("queries", "keys", "values"):
+            leaves.setdefault(id(x[name]), x[name].detach().requires_grad_())
+        q, k, v = (leaves[id(x[name])] for name in ("queries", "keys", "values"))
+        lens = x["valid_lens"]
+        # The gradient arriving from the layers above (a fixed array, as in jax_attention).
+        upstream = to_tensors(config, {"g": make_upstream(config, seed + 2)})["g"]
 
         def step() -> Any:
             model.zero_grad(set_to_none=True)
+            for leaf in leaves.values():
+                leaf.grad = None
             out = model(q, k, v, lens)
-            out.float().sum().backward()
+            out.backward(upstream)
             synchronize(device)
             return out
 
         return step
 
     model.eval()
-    if config.mode == "decode":
-        with torch.inference_mode():
-            k_cache, v_cache = model.project_kv(k, v)
-
-        def step() -> Any:
-            with torch.inference_mode():
-                out = model.attend(q, k_cache, v_cache, lens)
-            synchronize(device)
-            return out
-
-        return step
+    q, k, v, lens = x["queries"], x["keys"], x["values"], x["valid_lens"]
 
     def step() -> Any:
         with torch.inference_mode():

@@ -70,7 +70,7 @@ def test_cuda_cells_skip_with_the_reason_on_a_machine_without_gpu() -> None:
     done = run_python(code, {"MHABENCH_GRID": "tiny", "MHABENCH_DEVICES": "cpu,cuda"})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.splitlines()[-1])
-    assert len(out) == 10  # eight attention classes and two calibration classes
+    assert len(out) == 11  # nine attention classes and two calibration classes
     for name, result in out.items():
         assert result.startswith("n/a: device='cuda' is not available"), (name, result)
 

@@ -115,7 +115,8 @@ def variants_section(ctx: Context) -> Section:
 
 def decoding_section(ctx: Context) -> Section:
     t = ctx.timings
-    dec = t[t["mode"] == "decode"]
+    # Exercise 7.2's cached-source step; self-attention decode (a KV cache) is other work.
+    dec = t[(t["mode"] == "decode") & t["cross"].astype(bool)]
     if dec.empty:
         return Section("", "", absent="No decode-mode (cached keys/values) cells in the "
                                       "results.")
