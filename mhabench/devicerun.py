@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mhabench import machine
+from mhabench.bundle import BundleError, prepare_history
 from mhabench.config import DEVICES, DTYPES
 
 # Classes run in this order (a module's classes keep their order within it); modules
@@ -47,7 +47,6 @@ FIRST_OVERHEAD_S = 12.0
 FIRST_PER_RUN_S = 3.0
 SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
 RESULTS_TARBALL = "results.tar.gz"
-CONFIG_BRANCHES = ("main",)  # asv.gpu.conf.json's "branches"
 LOG_FILE = "gpu-grid.log"
 
 _COUNT_CELLS = r"""
@@ -100,59 +99,6 @@ class BenchClass:
         # No "$": asv matches -b against names that may carry parameters.
         return [whole, *((f"{self.label}.{m}", rf"^{self.module}\.{self.name}\.{m}\b", runs)
                          for m, runs in self.methods.items())]
-
-
-def _git(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
-
-
-def prepare_history(repo: Path, bundle_dir: Path) -> tuple[dict[str, str], str]:
-    """Make asv read the history of the commit whose code is in ``repo``.
-
-    With a bundle (``bundle_dir/mhabench.bundle`` and ``commit.txt``), its commit is the
-    truth, once the copied files are checked to be exactly that commit's: a tree without
-    ``.git`` gets one cloned from the bundle; a tree whose ``.git`` is another commit (a
-    stale copy, as a device gave) keeps it untouched, and git is pointed at a clone of the
-    bundle through ``GIT_DIR``. Returns the environment for asv's git calls and a note.
-    """
-    bundle, stamp = bundle_dir / "mhabench.bundle", bundle_dir / "commit.txt"
-    if not stamp.is_file() or not bundle.is_file():
-        if not (repo / ".git").exists():
-            raise DeviceRunError(f"{repo} has no .git and no bundle in {bundle_dir}; build "
-                                 "it with scripts/device-bundle and carry it")
-        return {}, "repository present (no bundle to check it against)"
-    if not shutil.which("git"):
-        raise DeviceRunError("git is not installed here: asv needs it to resolve the commit")
-    expected = stamp.read_text().strip()
-    history = Path(tempfile.mkdtemp(prefix="mhabench-history-")) / "history.git"
-    if _git("clone", "-q", "--bare", str(bundle), str(history)).returncode != 0:
-        raise DeviceRunError(f"{bundle} is not a git bundle; rebuild it")
-    head = _git("--git-dir", str(history), "rev-parse", "HEAD").stdout.strip()
-    if head != expected:
-        raise DeviceRunError(f"the bundle holds commit {head[:8]}, commit.txt says "
-                             f"{expected[:8]}; rebuild the bundle")
-    # The copied files must be the bundle commit's, or results would name the wrong code.
-    tree = ("--git-dir", str(history), "--work-tree", str(repo))
-    _git(*tree, "read-tree", "HEAD")
-    if _git(*tree, "diff", "--quiet").returncode != 0:
-        changed = _git(*tree, "diff", "--name-only").stdout.split()
-        raise DeviceRunError(f"the copied tree differs from the bundle's commit "
-                             f"{expected[:8]} ({', '.join(changed[:3])}); commit, then "
-                             "rebuild the bundle (scripts/device-bundle)")
-    for branch in CONFIG_BRANCHES:  # asv checks that its config's branches exist
-        _git("--git-dir", str(history), "branch", "-f", branch, "HEAD")
-    if not (repo / ".git").exists():
-        shutil.move(str(history), str(repo / ".git"))
-        _git("-C", str(repo), "config", "core.bare", "false")
-        _git("-C", str(repo), "read-tree", "HEAD")
-        return {}, f"repository rebuilt from {bundle} at {expected[:8]}"
-    own = _git("-C", str(repo), "rev-parse", "HEAD").stdout.strip()
-    if own == expected:
-        return {}, f"repository present at the bundle's commit {expected[:8]}"
-    return {"GIT_DIR": str(history)}, (
-        f"the copied .git is at {own[:8] or 'no commit'}, the files are the bundle's "
-        f"{expected[:8]}: git reads {history} (the copied .git is left as it was)")
 
 
 def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
@@ -277,7 +223,10 @@ def run(args: argparse.Namespace) -> int:
     log = (out / LOG_FILE).open("a")
     say = _sayer(log)
     bundle_dir = Path(args.bundle) if Path(args.bundle).is_absolute() else repo / args.bundle
-    git_env, note = prepare_history(repo, bundle_dir)
+    try:
+        git_env, note = prepare_history(repo, bundle_dir)
+    except BundleError as exc:
+        raise DeviceRunError(str(exc)) from None
     env.update(git_env)
     os.environ.update(git_env)  # the preflight's git calls read the same history
     say(f"gpu-grid: {note}")

@@ -174,7 +174,7 @@ def _repo_with_two_commits(tmp: Path) -> tuple[Path, str, str]:
 
 
 def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_path) -> None:
-    from mhabench.devicerun import DeviceRunError, prepare_history
+    from mhabench.bundle import BundleError, prepare_history
 
     repo, first, second = _repo_with_two_commits(tmp_path)
     # A .git at the bundle's commit is used as it is.
@@ -198,5 +198,5 @@ def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_pat
                           text=True).stdout.strip() == second
     # Files that are not the bundle's commit: refused, naming the file.
     (repo / "a.py").write_text("three\n")
-    with pytest.raises(DeviceRunError, match=r"differs from the bundle's commit .*a\.py"):
+    with pytest.raises(BundleError, match=r"differs from the bundle's commit .*a\.py"):
         prepare_history(repo, repo / ".whl")

@@ -46,7 +46,7 @@ import pandas as pd
 import scipy.optimize
 
 from mhabench.config import DTYPE_BYTES, AttentionConfig
-from mhabench.cost import TRAIN_FACTOR, cost
+from mhabench.cost import TRAIN_FACTOR, cost, step_lengths
 from mhabench.results import config_from_row, latest
 
 FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
@@ -111,10 +111,11 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     map_bytes = terms.attention_map_elements * DTYPE_BYTES[config.dtype]
     spills = cache_bytes is not None and map_bytes > cache_bytes
     width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
-    kv = float(config.batch * config.m * 2 * width * factor)
+    keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
+    kv = float(config.batch * keys * 2 * width * factor)
     # A decode step re-reads the stored K/V cache (h_kv wide) every call: it stays in a
     # cache between calls only while it fits. Forward K/V are fresh activations.
-    stored = config.batch * config.m * 2 * config.kv_heads * config.head_dim
+    stored = config.batch * keys * 2 * config.kv_heads * config.head_dim
     kv_spills = (config.mode == "decode" and kv_cache_bytes is not None
                  and stored * DTYPE_BYTES[config.dtype] > kv_cache_bytes)
     return {"flops": float(terms.flops_model), "map": elements,

@@ -115,9 +115,12 @@ def variants_section(ctx: Context) -> Section:
 
 def decoding_section(ctx: Context) -> Section:
     t = ctx.timings
+    cache = _kv_cache_table(t)
     # Exercise 7.2's cached-source step; self-attention decode (a KV cache) is other work.
     dec = t[(t["mode"] == "decode") & t["cross"].astype(bool)]
     if dec.empty:
+        if cache is not None:
+            return cache
         return Section("", "", absent="No decode-mode (cached keys/values) cells in the "
                                       "results.")
     # Without a cache a decoder step projects the m source tokens again: the same config as
@@ -149,6 +152,40 @@ def decoding_section(ctx: Context) -> Section:
     else:
         section.text.append("Caching the projected source keys/values (Exercise 7.2) removes "
                             "the 4md(h_kv p) projection FLOPs from every step.")
+    if cache is not None:
+        section.tables[:0] = cache.tables
+        section.text[:0] = cache.text
+    return section
+
+
+def _kv_cache_table(t: pd.DataFrame) -> Section | None:
+    """Self-attention decode (one token over a KV cache of m) against the no-cache prefix
+    step (attention recomputed over all m + 1 tokens), with the cache bytes each reads."""
+    dec = t[(t["mode"] == "decode") & ~t["cross"].astype(bool)]
+    if dec.empty:
+        return None
+    on = ["machine", "framework", "backend", "device", "dtype", "batch", "m", "d", "heads",
+          "kv_heads"]
+    prefix = t[t["mode"] == "prefix"]
+    pairs = dec.merge(prefix[[*on, "value"]], how="left", on=on, suffixes=("", "_prefix"))
+    table = pd.DataFrame({
+        "machine": pairs["machine"], "framework": pairs["framework"],
+        "backend": pairs["backend"], "batch": pairs["batch"], "m (cached)": pairs["m"],
+        "d": pairs["d"], "h": pairs["heads"], "kv heads": pairs["kv_heads"],
+        "cache read (MiB)": pairs["kv_cache_bytes_read"].astype(float) / 2**20,
+        "decode step (ms)": pairs["time_ms"],
+        "cache read rate (GB/s)": pairs["kv_cache_bytes_read"].astype(float)
+        / pairs["value"] / 1e9,
+        "no cache, prefix (ms)": 1e3 * pairs["value_prefix"],
+        "prefix/decode time": pairs["value_prefix"] / pairs["value"]})
+    section = Section("", "", tables=[Table("kv-cache", "One decode step over a KV cache of m "
+                                            "against recomputing the prefix", table)])
+    section.text.append(
+        "A decode step projects the new token's q, k and v, writes k and v into the cache at "
+        "position m and attends over the m + 1 positions it holds; every timed call starts "
+        "from the same fill level m. Its cost is reading the cache (2 h_kv p values per "
+        "token): MHA against GQA/MQA shows what the smaller cache buys. The prefix step is "
+        "decoding without a cache: attention over all m + 1 tokens again for one new token.")
     return section
 
 
