@@ -15,12 +15,16 @@ The framework layers have no cached-key/value step, so there is no ``reference``
 
 from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
 
-DECODE_BACKENDS = ["loop", "batched", "fused"]
+# The loop backend's decode is a Python loop over heads: full grid only.
+DECODE_BACKENDS = grid(tiny=["loop", "batched", "fused"], quick=["batched", "fused"],
+                       full=["loop", "batched", "fused"])
 BATCH = [grid(tiny=2, quick=4, full=8)]
 D = [grid(tiny=32, quick=256, full=1024)]
 HEADS = grid(tiny=4, quick=16, full=16)
 KV_HEADS = grid(tiny=[HEADS, 1], quick=[HEADS, HEADS // 4, 1], full=[HEADS, HEADS // 4, 1])
 SOURCE = grid(tiny=[16], quick=[512, 4096], full=[128, 1024, 4096, 16384])
+# Exercise 7.2 recomputes the source's K/V projections every step: one length in quick.
+CROSS_SOURCE = grid(tiny=[16], quick=[1024], full=[128, 1024, 4096, 16384])
 # The no-cache step recomputes an (m + 1)^2 map per token: shorter prefixes.
 PREFIX = grid(tiny=[16], quick=[512], full=[128, 1024, 4096])
 
@@ -42,5 +46,5 @@ class PrefixDecode(AttentionBenchmark):
 class CrossDecodeSource(AttentionBenchmark):
     param_names = ["framework", "backend", "mode", "cross", "batch", "n", "m", "d", "heads",
                    "device", "dtype", "threads"]
-    params = [FRAMEWORKS, DECODE_BACKENDS, ["decode", "forward"], [True], BATCH, [1], SOURCE,
-              D, [HEADS], DEVICE_PARAMS, DTYPES, [THREADS]]
+    params = [FRAMEWORKS, DECODE_BACKENDS, ["decode", "forward"], [True], BATCH, [1],
+              CROSS_SOURCE, D, [HEADS], DEVICE_PARAMS, DTYPES, [THREADS]]
