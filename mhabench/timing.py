@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import statistics
 import time
@@ -178,14 +179,23 @@ class Measurement:
 
 def measure(config: AttentionConfig, repeats: int = 7, warmup: int = 2,
             threads: int | None = None) -> Measurement:
-    """Time ``repeats`` calls of the prepared step for ``config``."""
+    """Time ``repeats`` calls of the prepared step for ``config``, one call per sample with
+    Python's garbage collector paused during the call, as asv's timer (timeit) does."""
     if repeats < 1:
         raise ValueError(f"repeats={repeats} is not allowed; it must be at least 1")
     used = configure_threads(threads)
     step = prepare(config, warmup)
     times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    enabled = gc.isenabled()
+    try:
+        for _ in range(repeats):
+            gc.disable()
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+            if enabled:
+                gc.enable()
+    finally:
+        if enabled:
+            gc.enable()
     return Measurement(config, tuple(times), used)
