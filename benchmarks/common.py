@@ -88,6 +88,11 @@ DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu
 DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
                                                full=list(ALL_DTYPES)), ALL_DTYPES)
 WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
+# The cost model's budget skips cells that would not fit; this cap is the net under it: a
+# cell that still runs out fails as that cell. Not where CUDA may start (it reserves far
+# more address space than memory): cuda asked for on a machine with an NVIDIA driver.
+_CUDA_HERE = "cuda" in DEVICE_PARAMS and os.path.exists("/dev/nvidiactl")
+MEMORY_LIMIT = None if _CUDA_HERE else timing.limit_address_space()
 
 
 def unsupported_as_skip(build: Callable[[], T]) -> T:

@@ -110,6 +110,41 @@ def check_runnable(config: AttentionConfig) -> None:
             f"{config.device} budget of {budget / 2**30:.1f} GiB (MHABENCH_MEMORY_BUDGET_GB)")
 
 
+# The net under the budget: a process may map this share of the machine's memory, so a
+# cell the cost model underestimates fails as that cell (MemoryError, RESOURCE_EXHAUSTED)
+# instead of the kernel's OOM killer taking the machine's work with it (as scipy's suite).
+ADDRESS_SPACE_FRACTION = 0.8
+
+
+def limit_address_space() -> int | None:
+    """Cap this process's (and its children's) address space: MHABENCH_MEMORY_LIMIT_GB, or
+    ``ADDRESS_SPACE_FRACTION`` of the machine's memory; never raises an existing lower cap.
+    Returns the cap in bytes, or None where it cannot be set. CPU only: CUDA reserves far
+    more address space than memory, so GPU runs leave it unset."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    raw = os.environ.get("MHABENCH_MEMORY_LIMIT_GB")
+    if raw is None:
+        limit = int(ADDRESS_SPACE_FRACTION * device_memory_bytes("cpu"))
+    else:
+        try:
+            limit = int(float(raw) * 2**30)
+        except ValueError:
+            limit = -1
+        if limit <= 0:
+            raise ValueError(f"MHABENCH_MEMORY_LIMIT_GB={raw!r} is not allowed; it must be a "
+                             "positive number of GiB")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limit = min(limit, soft)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
+
+
 def float32_matmul_precision(framework: str) -> Any:
     """Make float32 matmuls true float32 (:data:`FLOAT32_MATMUL`) in ``framework``; for
     JAX, returns the context manager to trace and compile under."""

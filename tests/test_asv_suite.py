@@ -136,6 +136,32 @@ def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
     assert out["threads"] == [2]  # MHABENCH_THREADS is recorded as a parameter
 
 
+def test_a_cell_that_outgrows_memory_fails_as_that_cell() -> None:
+    """The budget lets a 2 GiB map through (budget 100 GiB); the address-space cap the
+    suite sets at import (1 GiB here) makes that one step fail with an error the process
+    survives, instead of the machine's OOM killer."""
+    code = CELLS + """
+    import resource
+    print(resource.getrlimit(resource.RLIMIT_AS)[0])
+    big = ["torch", "batched", 8, 2048, 256, 16, "cpu", "float32", 1]
+    bench = bench_heads.HeadsAtFixedWidth()
+    try:
+        bench.setup(*big)
+        bench.time_step(*big)
+        print("ran")
+    except (MemoryError, RuntimeError) as err:
+        print("failed:", str(err).splitlines()[0][:120])
+    """
+    done = run_python(code, {"MHABENCH_GRID": "tiny", "MHABENCH_MEMORY_LIMIT_GB": "1",
+                             "MHABENCH_MEMORY_BUDGET_GB": "100"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    limit, outcome = done.stdout.splitlines()[-2:]
+    assert int(limit) == 2**30
+    assert outcome.startswith("failed:") and "alloc" in outcome, outcome
+    bad = run_python("import benchmarks.common", {"MHABENCH_MEMORY_LIMIT_GB": "lots"})
+    assert "MHABENCH_MEMORY_LIMIT_GB='lots' is not allowed" in bad.stderr
+
+
 @pytest.mark.parametrize(("var", "value"), [("MHABENCH_GRID", "huge"),
                                             ("MHABENCH_DEVICES", "tpu"),
                                             ("MHABENCH_DTYPES", "float16")])
