@@ -139,7 +139,7 @@ def judge(code: int, log: str, slowed: bool) -> tuple[int, int]:
     """(false flags, misses) of one gate run: any change on identical code is false; on a
     slowed commit, every slowed cell must be "+" and nothing else may be flagged."""
     marked = changes(log)
-    assert f"bench_gqa.MhaGqaMqa.time_step" in log, log[-3000:]
+    assert "bench_gqa.MhaGqaMqa.time_step" in log, log[-3000:]
     hits = [c for mark, c, _ in marked if mark == "+" and f"'{SLOWED_BACKEND}'" in c]
     false = len(marked) - (len(hits) if slowed else 0)
     misses = (SLOWED_CELLS - len(hits)) if slowed else 0
