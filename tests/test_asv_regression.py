@@ -85,12 +85,32 @@ class Scratch:
     same: str
     slowed: dict[float, str]  # extra fraction of a step's time -> commit
 
+    command: list[str] | None = None  # the gate's asv arguments; default the README's
+
     def continuous(self, a: str, b: str) -> tuple[int, str]:
         """The README's gate between commits a and b on CELLS."""
-        done = subprocess.run([*ASV, *gate_command(), "--machine", "pytest-machine",
+        done = subprocess.run([*ASV, *(self.command or gate_command()), "--machine",
+                               "pytest-machine",
                                "--show-stderr", "-b", CELLS, a, b], cwd=self.repo,
                               env=self.env, capture_output=True, text=True, timeout=1800)
         return done.returncode, done.stdout + done.stderr
+
+
+    def ratios(self, a: str, b: str) -> dict[str, float]:
+        """after/before of every compared cell, from asv compare (all rows, not only the
+        flagged ones): the noise the gate sees."""
+        done = subprocess.run([*ASV, "compare", "--machine", "pytest-machine", a, b],
+                              cwd=self.repo, env=self.env, capture_output=True, text=True,
+                              timeout=300)
+        out = {}
+        for line in done.stdout.splitlines():
+            cols = [c.strip() for c in line.split("|")]
+            if line.startswith("|") and len(cols) > 5 and "time_step(" in cols[5]:
+                try:
+                    out[cols[5]] = float(cols[4])
+                except ValueError:
+                    pass
+        return out
 
 
 def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
@@ -160,7 +180,8 @@ def test_gate_flags_exactly_the_slowed_backend(tmp_path: Path, asv_home) -> None
 
 
 def main(repeats: int) -> None:
-    """Repeat the three cases and count false flags and misses per case."""
+    """Repeat the three cases and count false flags and misses per case (GATE_ARGS, e.g.
+    "continuous --interleave-rounds -a rounds=6", tries other gate settings)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,14 +191,20 @@ def main(repeats: int) -> None:
         subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"],
                        env={**os.environ, **env}, check=True, capture_output=True)
         scratch = make_scratch(Path(tmp), env)
+        if os.environ.get("GATE_ARGS"):  # try other settings than the README's
+            scratch.command = os.environ["GATE_ARGS"].split()
         cases = {"identical": (scratch.base, scratch.same, False),
                  **{f"{1 + e}x": (scratch.same, c, True) for e, c in scratch.slowed.items()}}
         for case, (a, b, slowed) in cases.items():
             for run in range(repeats):
                 code, log = scratch.continuous(a, b)
                 false, misses = judge(code, log, slowed)
+                ratios = {re.sub(r", 2, 512, 256, 16, 4, 'cpu', 'float32', 1\)", ")",
+                                 k.split("time_step")[1]): v
+                          for k, v in scratch.ratios(a, b).items()}
                 print(json.dumps({"case": case, "run": run, "false_flags": false,
-                                  "misses": misses, "changes": changes(log)}), flush=True)
+                                  "misses": misses, "changes": len(changes(log)),
+                                  "ratios": ratios}), flush=True)
 
 
 if __name__ == "__main__":
