@@ -73,12 +73,13 @@ def test_fit_recovers_known_coefficients(tmp_path: Path, coef: dict, cache: floa
 
 
 def test_kv_feature_counts_the_keys_and_values_each_backend_reads() -> None:
-    # Decode: the FLOP count leaves the cached keys/values out; the K/V term counts them.
+    # Decode: the FLOP count leaves the cached keys/values out; the K/V term counts them,
+    # the m cached positions and the one the step has just written.
     mha = AttentionConfig(backend="fused", mode="decode", batch=4, n=1, m=4096, d=256,
                           heads=16)
     mqa = mha.replace(kv_heads=1)
-    assert feature_values(mha)["kv"] == 4 * 4096 * 2 * 256
-    assert feature_values(mqa)["kv"] == 4 * 4096 * 2 * 16  # one 16-wide head
+    assert feature_values(mha)["kv"] == 4 * 4097 * 2 * 256
+    assert feature_values(mqa)["kv"] == 4 * 4097 * 2 * 16  # one 16-wide head
     # batched copies each K/V head to its query heads: it reads h-wide K/V for MQA too.
     assert feature_values(mqa.replace(backend="batched"))["kv"] == feature_values(mha)["kv"]
     assert feature_values(mqa.replace(backend="loop"))["kv"] == feature_values(mqa)["kv"]
@@ -110,8 +111,9 @@ def test_machine_fit_recovers_the_kv_cache_size_shared_by_its_groups() -> None:
     coef = {**TRUE_COEF, "kv": 1e-9, "kv_spill": 4e-9}
     forward = [AttentionConfig(backend="fused", batch=b, n=n, d=d, heads=h)
                for b in (2, 8) for n in (128, 512) for d in (64, 256) for h in (1, 4, 16)]
-    # Decode caches of 1/8 to 32 MiB (b*m*kv_heads*128 bytes): up to 2 MiB they stay in a
-    # 4 MiB cache, from 8 MiB they spill; sizes 2 and 4 MiB fit equally, the later one wins.
+    # Decode caches of just over 1/8 to 32 MiB (b*(m+1)*kv_heads*128 bytes): up to 2 MiB + 1
+    # position they stay in a 4 MiB cache, from 8 MiB + 1 position they spill; candidate
+    # sizes 4 and 8 MiB split the cells alike and fit equally, the later one wins.
     decode = [AttentionConfig(backend="fused", mode="decode", batch=b, n=1, m=m, d=256,
                               heads=16, kv_heads=kv)
               for b in (1, 4) for m in (1024, 4096) for kv in (1, 4, 16)]
@@ -121,7 +123,7 @@ def test_machine_fit_recovers_the_kv_cache_size_shared_by_its_groups() -> None:
               _cells(forward + decode, {**coef, "kv_spill": 2e-9}, 4 * 2**20)}
     models = fit_machine(groups)
     for key, model in models.items():
-        assert model.kv_cache_bytes == 4 * 2**20
+        assert model.kv_cache_bytes == 8 * 2**20
         truth = coef if key[1] == "torch" else {**coef, "kv_spill": 2e-9}
         for name in FEATURES:
             assert model.coef[name] == pytest.approx(truth[name], rel=1e-6, abs=1e-15), name

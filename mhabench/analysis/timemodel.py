@@ -115,13 +115,20 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     kv = float(config.batch * keys * 2 * width * factor)
     # A decode step re-reads the stored K/V cache (h_kv wide) every call: it stays in a
     # cache between calls only while it fits. Forward K/V are fresh activations.
-    stored = config.batch * keys * 2 * config.kv_heads * config.head_dim
-    kv_spills = (config.mode == "decode" and kv_cache_bytes is not None
-                 and stored * DTYPE_BYTES[config.dtype] > kv_cache_bytes)
+    kv_spills = kv_cache_bytes is not None and stored_kv_bytes(config) > kv_cache_bytes
     return {"flops": float(terms.flops_model), "map": elements,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0,
             "heads": float(config.heads * factor), "const": 1.0}
+
+
+def stored_kv_bytes(config: AttentionConfig) -> int:
+    """Bytes of the K/V cache (h_kv wide, the m + 1 positions it holds after the write) a
+    decode step re-reads every call; 0 for the other modes, whose K/V are fresh."""
+    if config.mode != "decode":
+        return 0
+    keys = step_lengths(config)[1]
+    return config.batch * keys * 2 * config.kv_heads * config.head_dim * DTYPE_BYTES[config.dtype]
 
 
 @dataclass(frozen=True)
@@ -141,8 +148,7 @@ class CellFeatures:
                         dtype=float).reshape(-1, len(FEATURES))
         size = [DTYPE_BYTES[c.dtype] for c in configs]
         maps = [cost(c).attention_map_elements * b for c, b in zip(configs, size, strict=True)]
-        kv = [c.batch * c.m * 2 * c.kv_heads * c.head_dim * b if c.mode == "decode" else 0
-              for c, b in zip(configs, size, strict=True)]
+        kv = [stored_kv_bytes(c) for c in configs]
         return cls(base, np.array(maps, dtype=float), np.array(kv, dtype=float))
 
     def matrix(self, cache_bytes: float | None = None,
