@@ -62,7 +62,7 @@ def grid(*, tiny: T, quick: T, full: T) -> T:
 
 
 # Thread count before JAX touches a device (XLA sizes its pool from the CPU affinity).
-THREADS = timing.configure_threads()
+THREADS = timing.configure_process()
 
 # Import the frameworks once here: asv's forkserver then forks every cell from a process
 # that has them loaded. Importing jax does not start a device.

@@ -15,13 +15,11 @@ building the model and compiling are hundreds of MB that say nothing about atten
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mhabench.allocator import release_free_heap
 from mhabench.config import AttentionConfig, UnavailableError
 
 _STATUS = Path("/proc/self/status")
@@ -35,21 +33,11 @@ def _status_kib(field: str) -> int:
     raise UnavailableError(f"{_STATUS} has no {field} line")
 
 
-def _release_free_heap() -> None:
-    gc.collect()
-    libc_name = ctypes.util.find_library("c")
-    if libc_name:
-        try:
-            ctypes.CDLL(libc_name).malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc: nothing to trim
-            pass
-
-
 def cpu_step_bytes(step: Callable[[], Any]) -> int:
     """Peak RSS growth of one call of ``step`` on this (Linux) process."""
     if not _CLEAR_REFS.exists():
         raise UnavailableError("step memory on the CPU needs Linux's /proc/self/clear_refs")
-    _release_free_heap()
+    release_free_heap()
     _CLEAR_REFS.write_text("5")  # VmHWM := current RSS
     before = _status_kib("VmRSS")
     out = step()

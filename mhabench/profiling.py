@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mhabench.config import AttentionConfig
-from mhabench.timing import configure_threads, prepare
+from mhabench.timing import configure_process, prepare
 from mhabench.trace_breakdown import META_FILE, breakdown_table
 
 __all__ = ["DEFAULT_STEPS", "breakdown_table", "check_logdir", "profile_config",
@@ -96,7 +96,7 @@ def profile_configs(configs: Sequence[AttentionConfig], logdir: str | Path,
     returns the run folders."""
     _check_steps(steps)
     logdir = check_logdir(logdir, configs)
-    configure_threads(threads)  # before JAX touches a device
+    configure_process(threads)  # before JAX touches a device
     written = []
     for i, config in enumerate(configs, 1):
         if progress is not None:

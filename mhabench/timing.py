@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mhabench.allocator import retain_freed_memory
 from mhabench.config import AttentionConfig, UnavailableError, check_available
 from mhabench.cost import cost
 
@@ -44,14 +45,17 @@ def threads_from_env() -> int:
     return threads
 
 
-def configure_threads(threads: int | None = None) -> int:
-    """Use ``threads`` CPU threads in torch and JAX; returns the count in force.
+def configure_process(threads: int | None = None) -> int:
+    """Set up this process for timing; returns the thread count in force.
 
-    torch takes ``set_num_threads``. XLA:CPU sizes its thread pool from the process's CPU
+    Freed memory stays in the process (:mod:`mhabench.allocator`), so no step pays for
+    page faults on memory the previous step gave back. torch and JAX use ``threads`` CPU
+    threads: torch takes ``set_num_threads``. XLA:CPU sizes its thread pool from the process's CPU
     affinity when JAX first touches a device, so the affinity is narrowed here; call this
     before any JAX computation (asv benchmark modules do it at import).
     """
     threads = threads_from_env() if threads is None else threads
+    retain_freed_memory()  # before the frameworks start threads (one arena)
     if threads < 1:
         raise ValueError(f"threads={threads} is not allowed; it must be a positive integer")
     if _START_CPUS:
@@ -218,7 +222,7 @@ def measure(config: AttentionConfig, repeats: int = 7, warmup: int = 2,
     Python's garbage collector paused during the call, as asv's timer (timeit) does."""
     if repeats < 1:
         raise ValueError(f"repeats={repeats} is not allowed; it must be at least 1")
-    used = configure_threads(threads)
+    used = configure_process(threads)
     step = prepare(config, warmup)
     times = []
     enabled = gc.isenabled()

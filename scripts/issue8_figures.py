@@ -83,5 +83,5 @@ def baselines() -> None:
 
 
 if __name__ == "__main__":
-    timing.configure_threads(1)
+    timing.configure_process(1)
     {"labels": labels, "decode": decode, "baselines": baselines}[sys.argv[1]]()

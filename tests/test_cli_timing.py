@@ -11,7 +11,7 @@ import pytest
 
 from mhabench.cli import main
 from mhabench.config import AttentionConfig, UnavailableError
-from mhabench.timing import Measurement, check_runnable, configure_threads, measure
+from mhabench.timing import Measurement, check_runnable, configure_process, measure
 
 TINY = ["--batch", "2", "-n", "16", "-d", "32", "--heads", "4"]
 
@@ -133,4 +133,4 @@ def test_memory_budget_refuses_big_configs(monkeypatch):
 def test_threads_env_is_validated(monkeypatch):
     monkeypatch.setenv("MHABENCH_THREADS", "x")
     with pytest.raises(ValueError, match="MHABENCH_THREADS='x' is not allowed"):
-        configure_threads()
+        configure_process()

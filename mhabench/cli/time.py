@@ -23,10 +23,10 @@ def add_command(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.timing import configure_threads, measure
+    from mhabench.timing import configure_process, measure
 
     configs = configs_from_args(args)
-    configure_threads(args.threads)  # before JAX touches a device
+    configure_process(args.threads)  # before JAX touches a device
     for i, config in enumerate(configs, 1):
         if len(configs) > 1:
             print(f"[{i}/{len(configs)}] {config.id}", file=sys.stderr, flush=True)

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         save_validation,
         validation_payload,
     )
-    from mhabench.timing import check_runnable, configure_threads, measure
+    from mhabench.timing import check_runnable, configure_process, measure
 
     results = load_results(args, "validate")
     models = fit_models(results.frame)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                        "one this machine is with --machine")
     models = {k: m for k, m in models.items() if k[0] == machine}
     threads = args.threads if args.threads is not None else _threads(results.frame, machine)
-    configure_threads(threads)  # before JAX touches a device
+    configure_process(threads)  # before JAX touches a device
     max_gflop = MAX_GFLOP if args.max_gflop is None else args.max_gflop
     configs = sample_configs(models, groups(results.frame), args.sample, args.seed, max_gflop,
                              runnable=check_runnable)
