@@ -5,6 +5,7 @@ mhabench.timing.measure).
     python scripts/issue8_figures.py labels     # torch region labels: before/after, per head
     python scripts/issue8_figures.py decode     # decode step vs KV-cache bytes read per step
     python scripts/issue8_figures.py baselines  # KV cache vs no cache; cached vs recomputed source
+    python scripts/issue8_figures.py memory     # step-only memory against the cost model
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 from torch.autograd import profiler
 
-from mhabench import timing, torch_attention
+from mhabench import memory, timing, torch_attention
 from mhabench.config import AttentionConfig
 from mhabench.cost import cost
 
@@ -82,6 +83,19 @@ def baselines() -> None:
               "MFLOP")
 
 
+def memory_figures() -> None:
+    for fw in ("torch", "jax"):
+        for backend in ("batched", "fused"):
+            for h in (1, 8, 64):
+                c = AttentionConfig(framework=fw, backend=backend, batch=2, n=512, d=256,
+                                    heads=h)
+                measured = memory.step_bytes(c, timing.prepare(c))
+                model = cost(c).peak_bytes_estimate
+                print(f"{fw:5s} {backend:7s} h={h:<3d} step {measured / 2**20:8.1f} MiB  "
+                      f"model {model / 2**20:8.1f} MiB  ratio {measured / model:5.2f}")
+
+
 if __name__ == "__main__":
     timing.configure_process(1)
-    {"labels": labels, "decode": decode, "baselines": baselines}[sys.argv[1]]()
+    {"labels": labels, "decode": decode, "baselines": baselines,
+     "memory": memory_figures}[sys.argv[1]]()

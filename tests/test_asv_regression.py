@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import site
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def gate_command() -> list[str]:
     line = re.search(r"^(asv continuous --interleave-rounds [^\n#]*?)\s+main HEAD", text,
                      re.MULTILINE)
     assert line, "README lost its regression gate command"
-    return line.group(1).split()[1:]
+    return shlex.split(line.group(1))[1:]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -181,7 +182,7 @@ def test_gate_flags_exactly_the_slowed_backend(tmp_path: Path, asv_home) -> None
 
 def main(repeats: int) -> None:
     """Repeat the three cases and count false flags and misses per case (GATE_ARGS, e.g.
-    "continuous --interleave-rounds -a rounds=6", tries other gate settings)."""
+    "continuous --interleave-rounds -a rounds=4", tries other gate settings)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
