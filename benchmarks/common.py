@@ -160,9 +160,9 @@ class AttentionBenchmark(abc.ABC):
     number = 1  # one synchronised step per sample (asv forces it when setup exists)
     rounds = grid(tiny=1, quick=1, full=2)
     # (min samples, max samples, seconds): at least 8 a side (asv's Mann-Whitney test at
-    # p < 0.002 can call nothing below 7 a side), more where a step is fast; the gate's two
-    # interleaved rounds double them.
-    repeat = grid(tiny=(8, 40, 1.0), quick=(8, 40, 1.0), full=(15, 60, 10.0))
+    # p < 0.002 can call nothing below 7 a side), more where a step is fast. The README's
+    # regression gate sets its own rounds and repeat (-a): 8 rounds of 3-8 samples.
+    repeat = grid(tiny=(8, 30, 0.6), quick=(8, 30, 0.6), full=(15, 60, 10.0))
     warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
     timeout = grid(tiny=120, quick=300, full=900)
