@@ -199,16 +199,17 @@ def test_asv_times_match_mhabench_measure() -> None:
     and mhabench.timing.measure time every ForwardVsTrain cell alike, interleaved in one
     process so machine drift hits both (tests/asv_vs_measure.py): within 5 % geometric
     mean, 15 % per cell. Proves the step synchronises, no compile time or setup leaks into
-    asv's clock, and both report the steady state."""
+    asv's clock, and both report the steady state. Six short rounds: with three, a burst of
+    the VM's drift over two of them put one cell of 16 at 1.28x in one CI-clone run of 3."""
     done = run([sys.executable, str(ROOT / "tests" / "asv_vs_measure.py"),
-                r"ForwardVsTrain\.time_step\(", "--rounds", "3"],
+                r"ForwardVsTrain\.time_step\(", "--rounds", "6"],
                env={"MHABENCH_GRID": "quick", "MHABENCH_THREADS": "1"}, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     cells, summary = rows[:-1], rows[-1]
     print("\n".join(f"{r['ratio']:.3f} {r['config']}" for r in cells))
     assert summary["cells"] == len(cells) == 16
-    assert all(r["asv_samples"] >= 3 * 8 for r in cells)  # the quick grid's 8 a round
+    assert all(r["asv_samples"] >= 6 * 8 for r in cells)  # the quick grid's 8 a round
     assert 0.95 <= summary["geomean"] <= 1.05, summary
     assert all(0.85 <= r["ratio"] <= 1.15 for r in cells), [(r["config"], r["ratio"])
                                                               for r in cells]
