@@ -3,7 +3,7 @@ in a scratch clone, the README's command (`asv continuous` with interleaved roun
 every cell of a backend made 1.5x or 1.25x slower a regression, and no other cell, and
 calls no regression between two identical commits. Cells flagged as faster (none got
 faster) are printed and counted by the repeat script, not failed on: on this 2-core VM
-about one case in eight flags one unchanged cell at ~0.87x (see the README).
+2 case-runs in 11 flagged one unchanged cell at 0.87-0.89x (see the README).
 
 asv builds a virtualenv and installs each commit into it, as it does for users; to keep
 CI fast the virtualenv gets no packages of its own but a .pth file pointing at the
