@@ -105,15 +105,8 @@ class Scratch:
         done = subprocess.run([*ASV, "compare", "--machine", "pytest-machine", a, b],
                               cwd=self.repo, env=self.env, capture_output=True, text=True,
                               timeout=300)
-        out = {}
-        for line in done.stdout.splitlines():
-            cols = [c.strip() for c in line.split("|")]
-            if line.startswith("|") and len(cols) > 5 and "time_step(" in cols[5]:
-                try:
-                    out[cols[5]] = float(cols[4])
-                except ValueError:
-                    pass
-        return out
+        return {cell: ratio for _, cell, ratio in table_rows(done.stdout)
+                if "time_step(" in cell and ratio is not None}
 
 
 def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
@@ -147,15 +140,26 @@ def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
     return Scratch(repo, env, base, same, slowed)
 
 
+def table_rows(text: str) -> list[tuple[str, str, float | None]]:
+    """(mark, cell, ratio) of each row of asv's compare/continuous table
+    (| Change | Before | After | Ratio | Benchmark (Parameter) |); ratio None where asv
+    prints none (n/a, failed)."""
+    out = []
+    for line in text.splitlines():
+        cols = [c.strip() for c in line.split("|")]
+        if line.startswith("|") and len(cols) > 5:
+            try:
+                ratio = float(cols[4])
+            except ValueError:
+                ratio = None
+            out.append((cols[1], cols[5], ratio))
+    return out
+
+
 def changes(log: str) -> list[tuple[str, str, float]]:
     """(mark, cell, ratio) of each row asv's table marks as changed: "+" slower, "-"
-    faster (| Change | Before | After | Ratio | Benchmark (Parameter) |)."""
-    out = []
-    for line in log.splitlines():
-        cols = [c.strip() for c in line.split("|")]
-        if line.startswith("|") and len(cols) > 5 and cols[1] in ("+", "-"):
-            out.append((cols[1], cols[5], float(cols[4])))
-    return out
+    faster."""
+    return [row for row in table_rows(log) if row[0] in ("+", "-")]
 
 
 def judge(code: int, log: str, slowed: bool) -> tuple[int, int, int]:
@@ -185,8 +189,9 @@ def test_gate_flags_exactly_the_slowed_backend(tmp_path: Path, asv_home) -> None
 
 
 def main(repeats: int) -> None:
-    """Repeat the three cases and count false flags and misses per case (GATE_ARGS, e.g.
-    "continuous --interleave-rounds -a rounds=4", tries other gate settings)."""
+    """Repeat the three cases and count false regressions, misses and improvements flagged
+    per case (GATE_ARGS, e.g. "continuous --interleave-rounds -a rounds=4", tries other gate
+    settings; quoted as in a shell)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,7 +202,7 @@ def main(repeats: int) -> None:
                        env={**os.environ, **env}, check=True, capture_output=True)
         scratch = make_scratch(Path(tmp), env)
         if os.environ.get("GATE_ARGS"):  # try other settings than the README's
-            scratch.command = os.environ["GATE_ARGS"].split()
+            scratch.command = shlex.split(os.environ["GATE_ARGS"])
         cases = {"identical": (scratch.base, scratch.same, False),
                  **{f"{1 + e}x": (scratch.same, c, True) for e, c in scratch.slowed.items()}}
         for case, (a, b, slowed) in cases.items():
