@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mhabench.allocator import retain_freed_memory
+from mhabench.allocator import retain_freed_memory, warm_until_settled
 from mhabench.config import AttentionConfig, UnavailableError, check_available
 from mhabench.cost import cost
 
@@ -166,7 +166,8 @@ def float32_matmul_precision(framework: str) -> Any:
 
 @functools.lru_cache(maxsize=4)
 def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
-    """A warmed-up, compiled, synchronising step for ``config`` (cached per process)."""
+    """A warmed-up, compiled, synchronising step for ``config`` (cached per process):
+    ``warmup`` calls, then more until the heap has stopped growing (page faults)."""
     check_runnable(config)
     if config.framework == "torch":
         from mhabench.torch_attention import make_step
@@ -176,6 +177,7 @@ def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
         step = make_step(config)
     for _ in range(warmup):
         step()
+    warm_until_settled(step)
     return step
 
 
