@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench import kernels, memory, timing
+from mhabench import backends, kernels, memory, timing
 from mhabench.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.config import DTYPES as ALL_DTYPES
 
@@ -80,7 +80,9 @@ if "jax" in sys.modules:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 FRAMEWORKS = ["torch", "jax"]
-BACKENDS = ["loop", "batched", "fused", "reference"]
+# The built-in backends, then every registered plug-in (mhabench.backends: entry points and
+# MHABENCH_BACKENDS); a plug-in's cells in a framework it does not run are skipped.
+BACKENDS = list(backends.names())
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
 # full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
 DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
@@ -185,7 +187,7 @@ class AttentionBenchmark(abc.ABC):
             # A per-class copy, so each class carries its own skip list.
             cls.track_kernel = _track_kernel_method(skip_cells(
                 names, params,
-                lambda c: cls.records_kernel and c.backend in kernels.LIBRARY_BACKENDS))
+                lambda c: cls.records_kernel and kernels.library_call(c)))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)

@@ -14,8 +14,10 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from mhabench import backends
+
 FRAMEWORKS = ("torch", "jax")
-BACKENDS = ("loop", "batched", "fused", "reference")
+BACKENDS = backends.BUILTIN  # plus the registered plug-ins: backends.names(framework)
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
 # forward: one forward pass (deterministic: dropout acts in train only).
@@ -44,6 +46,11 @@ class UnavailableError(ValueError):
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+
+
+def _able(framework: str, can: Any) -> str:
+    """The names of ``framework``'s backends for which ``can(backend)`` holds."""
+    return " or ".join(n for n in backends.names(framework) if can(backends.get(framework, n)))
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -86,7 +93,7 @@ class AttentionConfig:
 
     def _validate(self) -> None:
         _choice("framework", self.framework, FRAMEWORKS)
-        _choice("backend", self.backend, BACKENDS)
+        backend = backends.get(self.framework, self.backend)
         _choice("device", self.device, DEVICES)
         _choice("dtype", self.dtype, DTYPES)
         _choice("mode", self.mode, MODES)
@@ -109,16 +116,24 @@ class AttentionConfig:
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} is not allowed; it must be in [0, 1)")
         self._validate_mode()
-        if self.backend == "reference" and self.kv_heads != self.heads:
-            raise ValueError(
-                f"backend='reference' (the framework's own layer) supports MHA only, "
-                f"but kv_heads={self.kv_heads} != heads={self.heads}; use loop, batched or fused"
-            )
-        if self.backend == "reference" and self.mode in ("decode", "prefix"):
-            raise ValueError(
-                f"backend='reference' has no cached-key/value step; mode={self.mode!r} needs "
-                "loop, batched or fused"
-            )
+        self._validate_backend(backend)
+
+    def _validate_backend(self, backend: backends.Backend) -> None:
+        """What the registered backend supports (``mhabench.backends``)."""
+        name, fw = backend.name, self.framework
+        what = f"backend={name!r} ({backend.summary})" if backend.summary else \
+            f"backend={name!r}"
+        if self.kv_heads != self.heads and not backend.gqa:
+            raise ValueError(f"{what} supports MHA only, but kv_heads={self.kv_heads} != "
+                             f"heads={self.heads}; use {_able(fw, lambda b: b.gqa)}")
+        if self.mode not in backend.modes:
+            raise ValueError(f"{what} does not run mode={self.mode!r}; it runs "
+                             f"{', '.join(backend.modes)}. mode={self.mode!r} needs "
+                             f"{_able(fw, lambda b: self.mode in b.modes)}")
+        if self.dropout and not backend.dropout:
+            raise ValueError(f"dropout={self.dropout:g} is not allowed with framework={fw!r}, "
+                             f"{what}: it has no dropout; use "
+                             f"{_able(fw, lambda b: b.dropout)}")
 
     def _validate_mode(self) -> None:
         """Combinations of mode with the other fields that name no distinct, real step."""
@@ -139,10 +154,6 @@ class AttentionConfig:
             raise ValueError(f"dropout={self.dropout:g} is not allowed with mode={mode!r}: "
                              "dropout acts in mode='train' only (other steps are "
                              "deterministic), so it would name the same work twice")
-        if self.dropout and (self.framework, self.backend) == ("jax", "fused"):
-            raise ValueError(f"dropout={self.dropout:g} is not allowed with framework='jax', "
-                             "backend='fused': jax.nn.dot_product_attention has no dropout; "
-                             "use loop or batched")
         if not self.cross and self.m != self.n and not stepwise:
             raise ValueError(
                 f"m={self.m} differs from n={self.n} in self-attention; "

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from mhabench import backends
 from mhabench.config import AttentionConfig
 from mhabench.inputs import init_weights, make_inputs, make_upstream
 from mhabench.jax_decode import KVCache, compile_traced, make_decode_step
@@ -70,7 +71,8 @@ class MultiHeadAttention(nnx.Module):
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
                  backend: str = "batched", dropout: float = 0.0, *,
                  dtype: Any = jnp.float32, rngs: nnx.Rngs | None = None,
-                 self_attention: bool = True) -> None:
+                 self_attention: bool = True,
+                 core: tuple[Callable[..., Any], bool] | None = None) -> None:
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
@@ -80,8 +82,14 @@ class MultiHeadAttention(nnx.Module):
         if backend == "fused" and dropout:
             raise ValueError("jax.nn.dot_product_attention has no dropout; use dropout=0 "
                              "or the loop/batched backend")
+        if core is not None and backend != "batched":
+            raise ValueError(f"a core attention function runs in the batched layout, "
+                             f"not backend={backend!r}")
         rngs = nnx.Rngs(params=0, dropout=1) if rngs is None else rngs
         self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
+        # A registered attention function on projected heads (mhabench.backends): a static
+        # attribute, not a pytree node.
+        self.core = nnx.static(core) if hasattr(nnx, "static") else core
         self.p = p = d // heads
         kv_width = kv_heads * p
 
@@ -187,6 +195,8 @@ class MultiHeadAttention(nnx.Module):
             q = (queries @ kernel).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
         if self.backend == "fused":
             out = self._sdpa(q, k, v, keep_mask(n, k.shape[2], valid_lens, causal))
+        elif self.core is not None:
+            out = self._attend_core(q, k, v, valid_lens, causal)
         else:
             out = self._attend_batched(q, k, v, valid_lens, causal)
         return self._output(out)
@@ -264,6 +274,20 @@ class MultiHeadAttention(nnx.Module):
         # (b*h, n, p) -> (b, h, n, p) -> (b, n, h, p); _output flattens to (b, n, d)
         return out.reshape(b, h, n, p).transpose(0, 2, 1, 3)
 
+    def _attend_core(self, q, k, v, valid_lens, causal):
+        attend, takes_groups = self.core
+        g = self.heads // self.kv_heads
+        if g > 1 and not takes_groups:
+            k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
+        q = q.transpose(0, 2, 1, 3)  # (b, n, h, p) -> (b, h, n, p), the function's layout
+        with region("attention"):
+            out = attend(q, k, v, valid_lens, causal=True) if causal else \
+                attend(q, k, v, valid_lens)
+        if out.shape != q.shape:
+            raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
+                             f"expected (b, h, n, p) = {tuple(q.shape)}")
+        return out.transpose(0, 2, 1, 3)
+
     def _attend_loop(self, queries, k, v, keep):
         g = self.heads // self.kv_heads
         out = None
@@ -316,20 +340,33 @@ def jax_device(device: str) -> jax.Device:
     return jax.devices("cpu" if device == "cpu" else "gpu")[0]
 
 
+def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout: str,
+                core: tuple[Callable[..., Any], bool] | None = None,
+                dropout: float | None = None) -> MultiHeadAttention:
+    """mhabench's layer in ``layout`` (loop, batched, fused) with ``weights``, in the
+    config's dtype (``build_model`` places it); ``core`` as in :class:`MultiHeadAttention`."""
+    model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
+                               config.dropout if dropout is None else dropout,
+                               dtype=JAX_DTYPES[config.dtype], self_attention=not config.cross,
+                               core=core)
+    model.load_weights(weights)
+    return model
+
+
+def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> nnx.Module:
+    """``flax.nnx.MultiHeadAttention`` with ``weights``."""
+    return ReferenceAttention(build_layer(config, weights, "batched", dropout=0.0),
+                              config.dropout, dtype=JAX_DTYPES[config.dtype])
+
+
 def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None = None
                 ) -> nnx.Module:
-    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), in
-    evaluation mode (deterministic); ``make_step`` switches train configs to training."""
+    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), built
+    by the config's registered backend (``mhabench.backends``), in evaluation mode
+    (deterministic); ``make_step`` switches train configs to training."""
     weights = init_weights(config) if weights is None else weights
-    dtype = JAX_DTYPES[config.dtype]
-    backend = "batched" if config.backend == "reference" else config.backend
     with jax.default_device(jax_device(config.device)):
-        model = MultiHeadAttention(config.d, config.heads, config.kv_heads, backend,
-                                   0.0 if config.backend == "reference" else config.dropout,
-                                   dtype=dtype, self_attention=not config.cross)
-        model.load_weights(weights)
-        if config.backend == "reference":
-            model = ReferenceAttention(model, config.dropout, dtype=dtype)
+        model = backends.get(config.framework, config.backend).build(config, weights)
     model.eval()
     return model
 

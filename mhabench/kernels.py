@@ -17,17 +17,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mhabench import backends
 from mhabench.config import AttentionConfig
 
 # Codes for asv's track_kernel (asv tracks numbers; higher reads as worse): fused kernels
 # that never write the map first, then those that do. A fused cell moving from flash to
 # math shows as a regression.
-KERNEL_CODES = {"flash": 1, "efficient": 2, "cudnn": 3, "xla": 6, "math": 7, "explicit": 8}
+KERNEL_CODES = {"flash": 1, "efficient": 2, "cudnn": 3, "tiled": 4, "xla": 6, "math": 7,
+                "explicit": 8}
 KERNEL_NAMES = {code: name for name, code in KERNEL_CODES.items()}
-# Kernels that keep the attention map in registers / on-chip tiles.
-NON_MATERIALISING = frozenset({"flash", "efficient", "cudnn"})
-# Backends whose attention is one library call, so the kernel is the library's choice.
-LIBRARY_BACKENDS = ("fused", "reference")
+# Kernels that keep the attention map in registers / on-chip tiles; "tiled" is a backend's
+# own code that never writes the whole map (a registered backend with materialises=False).
+NON_MATERIALISING = frozenset({"flash", "efficient", "cudnn", "tiled"})
+
+
+def library_call(config: AttentionConfig) -> bool:
+    """Whether the config's attention is one library call (the library picks the kernel)."""
+    return backends.get(config.framework, config.backend).library
+
+
+def _own_kernel(config: AttentionConfig) -> str:
+    return "explicit" if backends.get(config.framework, config.backend).materialises \
+        else "tiled"
 
 # torch op name (as the profiler lists it) -> kernel. Order matters: first match wins.
 _TORCH_OPS = (
@@ -60,8 +71,8 @@ def expected_kernel(config: AttentionConfig) -> str:
     multiple of 8 up to 256; efficient for other MHA with a multiple-of-8 head width;
     math otherwise (float32 GQA, head width 4, ...). What ran is :func:`detect_kernel`'s.
     """
-    if config.backend not in LIBRARY_BACKENDS:
-        return "explicit"
+    if not library_call(config):
+        return _own_kernel(config)
     if config.framework == "jax":
         return "xla"
     dropout_active = config.dropout > 0 and config.mode == "train"
@@ -92,8 +103,8 @@ def kernel_from_hlo(hlo_text: str) -> str:
 
 def detect_kernel(config: AttentionConfig, step: Callable[[], Any]) -> str:
     """The attention kernel that one call of the prepared ``step`` of ``config`` ran."""
-    if config.backend not in LIBRARY_BACKENDS:
-        return "explicit"
+    if not library_call(config):
+        return _own_kernel(config)
     if config.framework == "jax":
         compiled = getattr(step, "compiled", None)
         if compiled is None:

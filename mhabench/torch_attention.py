@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import profiler as autograd_profiler
 
+from mhabench import backends
 from mhabench.config import AttentionConfig
 from mhabench.inputs import WEIGHT_NAMES, init_weights, make_inputs, make_upstream
 from mhabench.torch_decode import KVCache, make_decode_step, synchronize
@@ -86,7 +87,11 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention; ``backend`` picks how the heads are computed."""
 
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
-                 backend: str = "batched", dropout: float = 0.0) -> None:
+                 backend: str = "batched", dropout: float = 0.0,
+                 core: tuple[Callable[..., Any], bool] | None = None) -> None:
+        """``core``: a registered attention function on projected heads and whether it
+        takes grouped key/value heads (``mhabench.backends.register_attention``); it
+        replaces the batched layout's scores, softmax and mixing."""
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
@@ -95,7 +100,11 @@ class MultiHeadAttention(nn.Module):
         if backend not in ("loop", "batched", "fused"):
             raise ValueError(f"backend={backend!r}; choose loop, batched or fused "
                              "(reference: build_model)")
+        if core is not None and backend != "batched":
+            raise ValueError(f"a core attention function runs in the batched layout, "
+                             f"not backend={backend!r}")
         self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
+        self.core = core
         self.p = d // heads
         kv_width = kv_heads * self.p
         self.dropout = nn.Dropout(dropout)
@@ -176,6 +185,8 @@ class MultiHeadAttention(nn.Module):
             q = self.split_heads(F.linear(queries, self.weight("W_q")), self.heads)  # (b,h,n,p)
         if self.backend == "fused":
             out = self._sdpa(q, k, v, valid_lens, causal)
+        elif self.core is not None:
+            out = self._attend_core(q, k, v, valid_lens, causal)
         else:
             out = self._attend_batched(q, k, v, valid_lens, causal)
         return self._output(out)
@@ -234,6 +245,19 @@ class MultiHeadAttention(nn.Module):
         with region("mixing"):
             out = torch.bmm(weights, v)  # (b*h, n, p)
         return out.reshape(b, h, n, self.p)
+
+    def _attend_core(self, q, k, v, valid_lens, causal):
+        attend, takes_groups = self.core
+        g = self.heads // self.kv_heads
+        if g > 1 and not takes_groups:
+            k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        with region("attention"):
+            out = attend(q, k, v, valid_lens, causal=True) if causal else \
+                attend(q, k, v, valid_lens)
+        if out.shape != q.shape:
+            raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
+                             f"expected (b, h, n, p) = {tuple(q.shape)}")
+        return out
 
     def _attend_loop(self, queries, k, v, keep):
         g = self.heads // self.kv_heads
@@ -307,15 +331,27 @@ class ReferenceAttention(nn.Module):
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout: str,
+                core: tuple[Callable[..., Any], bool] | None = None) -> MultiHeadAttention:
+    """mhabench's layer in ``layout`` (loop, batched, fused) with ``weights``, on the CPU in
+    float32 (``build_model`` moves it); ``core`` as in :class:`MultiHeadAttention`."""
+    model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
+                               config.dropout, core=core)
+    model.load_weights(weights)
+    return model
+
+
+def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> nn.Module:
+    """``torch.nn.MultiheadAttention`` with ``weights``."""
+    return ReferenceAttention(build_layer(config, weights, "batched"))
+
+
 def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None = None
                 ) -> nn.Module:
-    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``)."""
+    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), built
+    by the config's registered backend (``mhabench.backends``)."""
     weights = init_weights(config) if weights is None else weights
-    backend = "batched" if config.backend == "reference" else config.backend
-    model = MultiHeadAttention(config.d, config.heads, config.kv_heads, backend, config.dropout)
-    model.load_weights(weights)
-    if config.backend == "reference":
-        model = ReferenceAttention(model)
+    model = backends.get(config.framework, config.backend).build(config, weights)
     return model.to(device=config.device, dtype=TORCH_DTYPES[config.dtype])
 
 

@@ -7,41 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mhabench.config import AttentionConfig
+from mhabench.agreement import forward_output
 
-
-def run_forward(config: AttentionConfig, weights: dict[str, np.ndarray],
-                queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                valid_lens: np.ndarray | None = None) -> np.ndarray:
-    """Output (b, n, d) as float64 numpy; keys is values -> one tensor (self-attention).
-    float32 matmuls are true float32, as in every timed step (JAX would use TF32 on GPU)."""
-    from mhabench.timing import float32_matmul_precision
-
-    with float32_matmul_precision(config.framework):
-        return _run_forward(config, weights, queries, keys, values, valid_lens)
-
-
-def _run_forward(config: AttentionConfig, weights: dict[str, np.ndarray],
-                 queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                 valid_lens: np.ndarray | None) -> np.ndarray:
-    if config.framework == "torch":
-        import torch
-
-        from mhabench.torch_attention import build_model, to_tensors
-
-        model = build_model(config, weights).eval()
-        x = to_tensors(config, {"q": queries, "k": keys, "v": values, "l": valid_lens})
-        with torch.no_grad():
-            out = model(x["q"], x["k"], x["v"], x["l"])
-        return out.double().cpu().numpy()
-    from mhabench.jax_attention import build_model, to_arrays
-
-    model = build_model(config, weights)
-    x = to_arrays(config, {"q": queries, "k": keys, "v": values, "l": valid_lens})
-    return np.asarray(model(x["q"], x["k"], x["v"], x["l"]), dtype=np.float64)
+run_forward = forward_output  # the library's: tests and `mhabench check` share it
 
 
 def has_cuda() -> bool:

@@ -7,20 +7,14 @@ import numpy as np
 import pytest
 from conftest import requires_cuda, run_forward
 
+from mhabench import agreement, backends
+from mhabench.agreement import ATOL
 from mhabench.config import AttentionConfig
 from mhabench.inputs import init_weights, make_inputs
 
-# float32 through different summation orders: outputs are O(1), so 1e-4 absolute is tight.
-ATOL = 1e-4
-IMPLS = [(fw, be) for fw in ("torch", "jax") for be in ("loop", "batched", "fused", "reference")]
-VARIANTS = {
-    "self": {},
-    "cross": {"cross": True, "m": 11},
-    "masked": {"masked": True},
-    "cross-masked": {"cross": True, "m": 13, "masked": True},
-    "gqa": {"kv_heads": 2, "masked": True},
-    "mqa": {"kv_heads": 1, "cross": True, "m": 9},
-}
+# Every registered backend of both frameworks (built-in ones and any plug-in loaded here).
+IMPLS = [(fw, be) for fw in ("torch", "jax") for be in backends.names(fw)]
+VARIANTS = {name: v for name, v in agreement.VARIANTS.items() if "mode" not in v}
 
 
 def small(**kw) -> AttentionConfig:
@@ -34,7 +28,7 @@ def test_all_backends_agree(variant):
     expected = run_forward(base, weights, x["queries"], x["keys"], x["values"], x["valid_lens"])
     checked = 0
     for framework, backend in IMPLS:
-        if backend == "reference" and base.kv_heads != base.heads:
+        if base.kv_heads != base.heads and not backends.get(framework, backend).gqa:
             continue  # the frameworks' own layers are MHA only (config refuses)
         config = base.replace(framework=framework, backend=backend)
         out = run_forward(config, weights, x["queries"], x["keys"], x["values"], x["valid_lens"])
@@ -42,6 +36,21 @@ def test_all_backends_agree(variant):
         np.testing.assert_allclose(out, expected, atol=ATOL, err_msg=config.id)
         checked += 1
     assert checked >= 6
+
+
+@pytest.mark.parametrize("framework, backend", IMPLS)
+def test_every_backend_agrees_in_every_mode_it_runs(framework, backend):
+    """The check users run on their own backend (``mhabench check``), on each registered
+    one: decode, prefix and train steps included; n/a only where the config refuses."""
+    rows = agreement.check(framework, backend)
+    assert [r.variant for r in rows] == list(agreement.VARIANTS)
+    spec = backends.get(framework, backend)
+    for row in rows:
+        assert row.ok, row
+        mode = agreement.VARIANTS[row.variant].get("mode", "forward")
+        supported = mode in spec.modes and (spec.gqa or "kv_heads" not in
+                                            agreement.VARIANTS[row.variant])
+        assert (row.max_error is not None) == supported, row
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

@@ -11,7 +11,8 @@ from mhabench.cost import cost, decoder_step_flops, kv_cache_bytes_per_token, pa
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"framework": "tf"}, "framework='tf' is not allowed; choose one of torch, jax"),
-    ({"backend": "flash"}, "backend='flash' is not allowed; choose one of loop, batched"),
+    ({"backend": "flash"}, "backend='flash' is not allowed for framework='torch'; "
+                           "choose one of loop, batched"),
     ({"device": "tpu"}, "device='tpu' is not allowed; choose one of cpu, cuda"),
     ({"dtype": "float16"}, "dtype='float16' is not allowed; choose one of float32, bfloat16"),
     ({"mode": "backward"}, "mode='backward' is not allowed; choose one of forward, train"),
@@ -27,7 +28,7 @@ from mhabench.cost import cost, decoder_step_flops, kv_cache_bytes_per_token, pa
     ({"backend": "reference", "kv_heads": 2}, "backend='reference' (the framework's own layer)"
                                               " supports MHA only, but kv_heads=2"),
     ({"backend": "reference", "mode": "decode", "n": 1, "m": 8},
-     "backend='reference' has no cached"),
+     "backend='reference' (the framework's own layer) does not run mode='decode'"),
     ({"mode": "prefix", "n": 1, "m": 8, "backend": "reference"}, "mode='prefix' needs loop"),
     ({"mode": "decode", "n": 4, "m": 8}, "n=4 is not allowed with mode='decode'; a decode step"),
     ({"mode": "prefix", "n": 2}, "n=2 is not allowed with mode='prefix'"),

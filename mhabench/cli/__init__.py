@@ -1,4 +1,4 @@
-"""The ``mhabench`` command line: cost, time, predict, validate, report, profile.
+"""The ``mhabench`` command line: cost, time, check, predict, validate, report, profile.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -13,10 +13,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mhabench.cli import cost, predict, profile, report, time, validate
+from mhabench.cli import check, cost, predict, profile, report, time, validate
 from mhabench.cli.common import CLIError, Parser
 
-COMMANDS = (cost, time, predict, validate, report, profile)  # --help lists them in this order
+# --help lists them in this order
+COMMANDS = (cost, time, check, predict, validate, report, profile)
 
 
 def build_parser() -> Parser:

@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
+from mhabench.backends import BUILTIN as BACKENDS
 from mhabench.config import (
-    BACKENDS,
     DEVICES,
     DTYPES,
     FRAMEWORKS,
@@ -39,7 +39,9 @@ class Parser(argparse.ArgumentParser):
 def add_config_args(parser: argparse.ArgumentParser, preset_allowed: bool = False) -> None:
     g = parser.add_argument_group("config")
     g.add_argument("--framework", default="torch", help=f"one of {', '.join(FRAMEWORKS)}")
-    g.add_argument("--backend", default="batched", help=f"one of {', '.join(BACKENDS)}")
+    g.add_argument("--backend", default="batched",
+                   help=f"one of {', '.join(BACKENDS)} or a registered plug-in "
+                   "(mhabench.backends)")
     g.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)}")
     g.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
     g.add_argument("--mode", default="forward", help=f"one of {', '.join(MODES)}")

@@ -1,0 +1,126 @@
+"""Backends are plug-ins (mhabench.backends): the README's example backend, loaded from
+outside mhabench, passes ``mhabench check``, appears in a tiny asv run of the real suite
+and in the report; an entry point finds it too; a wrong attention fails the check."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+PLUGIN = {"MHABENCH_BACKENDS": "plain_attention", "PYTHONPATH": str(EXAMPLES)}
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, timeout: float = 600
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env={**os.environ, **env}, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def mhabench(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "mhabench.cli", *args], env)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_the_readme_example_passes_the_agreement_check(framework: str) -> None:
+    done = mhabench("check", "--framework", framework, "--backend", "plain", "--json",
+                    env=PLUGIN)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {r["variant"] for r in rows} >= {"self", "gqa", "mqa", "decode", "prefix", "train"}
+    assert all(r["ok"] and r["max_error"] is not None for r in rows), rows
+
+
+def test_a_wrong_attention_fails_the_check(tmp_path: Path) -> None:
+    # The example without the 1/sqrt(p) scale: every variant must disagree. It claims
+    # grouped key/value heads (the default) but does not handle them: those variants raise.
+    (tmp_path / "unscaled.py").write_text(
+        "import plain_attention as p\n"
+        "from mhabench.backends import register_attention\n"
+        "def attend(q, k, v, valid_lens):\n"
+        "    return p.torch_attend(q * q.shape[-1] ** 0.5, k, v, valid_lens)\n"
+        "register_attention('unscaled', 'torch', attend)\n")
+    env = {"MHABENCH_BACKENDS": "unscaled", "PYTHONPATH": f"{tmp_path}{os.pathsep}{EXAMPLES}"}
+    done = mhabench("check", "--backend", "unscaled", env=env)
+    assert done.returncode == 2
+    assert "torch/unscaled disagrees with torch/batched in self, cross" in done.stderr
+    assert "prefix        n/a" in done.stdout  # no causal keyword: no prefix mode
+    assert "gqa           FAIL  raised RuntimeError" in done.stdout
+    refused = mhabench("time", "--backend", "unscaled", "--mode", "prefix", "-n", "1", "-m",
+                       "8", env=env)
+    assert refused.returncode == 2
+    assert "backend='unscaled' does not run mode='prefix'" in refused.stderr
+
+
+def test_an_entry_point_registers_the_backend(tmp_path: Path) -> None:
+    # What `pip install` of a package with a [project.entry-points."mhabench.backends"]
+    # table leaves on the path: a dist-info folder with entry_points.txt.
+    info = tmp_path / "user_attention-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: user-attention\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text("[mhabench.backends]\nplain = plain_attention\n")
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{EXAMPLES}", "MHABENCH_BACKENDS": ""}
+    code = "from mhabench import backends; print(','.join(backends.names('jax')))"
+    done = run([sys.executable, "-c", code], env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "loop,batched,fused,reference,plain"
+    bare = run([sys.executable, "-c", code], {"MHABENCH_BACKENDS": ""})
+    assert bare.stdout.strip() == "loop,batched,fused,reference"
+
+
+def test_a_missing_plugin_module_is_named(tmp_path: Path) -> None:
+    done = mhabench("cost", "--backend", "batched", env={"MHABENCH_BACKENDS": "no_such_mod"})
+    assert done.returncode == 2
+    assert "MHABENCH_BACKENDS: module 'no_such_mod' cannot be imported" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_plugin_runs_in_asv_and_reaches_the_report(tmp_path: Path,
+                                                     asv_home: dict[str, str]) -> None:
+    """A tiny asv run of the suite's Exercise 6.4 class with the example loaded the way the
+    README says (ASV_PYTHONPATH, MHABENCH_BACKENDS); its cells are timed, then reported."""
+    commit = run(["git", "rev-parse", "HEAD"], {}).stdout.strip()
+    conf = {"version": 1, "project": "mhabench", "project_url": "https://example.invalid/",
+            "repo": str(ROOT), "dvcs": "git", "branches": ["HEAD"],
+            "environment_type": "existing", "benchmark_dir": str(ROOT / "benchmarks"),
+            "results_dir": str(tmp_path / "results"), "html_dir": str(tmp_path / "html"),
+            "env_dir": str(tmp_path / "env")}
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    env = {**asv_home, "MHABENCH_GRID": "tiny", "MHABENCH_BACKENDS": "plain_attention",
+           "ASV_PYTHONPATH": str(EXAMPLES)}
+    done = run([sys.executable, "-m", "asv", "run", "--python=same", "--quick",
+                "--machine", "pytest-machine", "--set-commit-hash", commit, "--show-stderr",
+                "-b", r"HeadsAtFixedWidth\.time_step"], env, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    [result] = [p for p in (tmp_path / "results" / "pytest-machine").glob("*.json")
+                if p.name != "machine.json"]
+    stored = json.loads(result.read_text())["results"]
+    [key] = [k for k in stored if k.endswith("HeadsAtFixedWidth.time_step")]
+    values, params = stored[key][0], stored[key][1]
+    backends = params[1]
+    assert "'plain'" in backends
+    cells = [dict(zip(("framework", "backend"), cell[:2], strict=True))
+             for cell in __import__("itertools").product(*params)]
+    timed = [c for c, v in zip(cells, values, strict=True)
+             if c["backend"] == "'plain'" and v is not None]
+    assert len(timed) == 2 * 3  # both frameworks, h = 1, 4, 16
+    report = tmp_path / "report.html"
+    made = mhabench("report", "--results", str(tmp_path / "results"), "--out", str(report),
+                    env=PLUGIN)
+    assert made.returncode == 0, made.stderr
+    html = report.read_text()
+    assert "torch/plain" in html and "jax/plain" in html
+    # Without the plug-in loaded, its cells are left out with the reason, the rest reported.
+    bare = tmp_path / "bare.html"
+    made = mhabench("report", "--results", str(tmp_path / "results"), "--out", str(bare),
+                    env={"MHABENCH_BACKENDS": ""})
+    assert made.returncode == 0, made.stderr
+    assert "backend=&#x27;plain&#x27; is not allowed" in bare.read_text()
+    assert "torch/plain" not in bare.read_text() and "torch/fused" in bare.read_text()
