@@ -80,9 +80,10 @@ if "jax" in sys.modules:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 FRAMEWORKS = ["torch", "jax"]
-# The built-in backends, then every registered plug-in (mhabench.backends: entry points and
-# MHABENCH_BACKENDS); a plug-in's cells in a framework it does not run are skipped.
-BACKENDS = list(backends.names())
+# The chapter's four backends, then every plug-in registered from outside mhabench (entry
+# points, MHABENCH_BACKENDS); a plug-in's cells in a framework it does not run are skipped.
+# mhabench's own newer backends join the grids class by class (the quick grid's budget).
+BACKENDS = [*backends.CHAPTER, *backends.plugin_names()]
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
 # full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
 DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],

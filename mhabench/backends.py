@@ -133,7 +133,8 @@ for _fw in ("torch", "jax"):
                      else "jax.nn.dot_product_attention"))
     register(Backend("reference", _fw, _reference, modes=("forward", "train"), gqa=False,
                      library=True, summary="the framework's own layer"))
-BUILTIN = ("loop", "batched", "fused", "reference")
+CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
+BUILTIN = CHAPTER  # every built-in, in the order names() lists them
 
 
 def load_plugins() -> None:
@@ -158,6 +159,14 @@ def names(framework: str | None = None) -> tuple[str, ...]:
     load_plugins()
     found = {name for fw, name in _REGISTRY if framework in (None, fw)}
     return tuple([n for n in BUILTIN if n in found] + sorted(found - set(BUILTIN)))
+
+
+def plugin_names() -> tuple[str, ...]:
+    """Names registered from outside mhabench (entry points, MHABENCH_BACKENDS, a user's
+    own code), of any framework."""
+    load_plugins()
+    return tuple(sorted({b.name for b in _REGISTRY.values()
+                         if b.origin.split(".")[0] != "mhabench"}))
 
 
 def get(framework: str, name: str) -> Backend:
