@@ -55,6 +55,8 @@ class Backend:
     dropout: bool = True  # runs dropout > 0 in train mode
     library: bool = False  # attention is one library call: the kernel that ran is detected
     materialises: bool = True  # writes the (b, h, n, m) map (the cost model's memory budget)
+    kernel: str | None = None  # the library kernel it forces (None: the library's choice)
+    devices: tuple[str, ...] = ("cpu", "cuda")
     summary: str = ""
     origin: str = "mhabench"
 
@@ -114,9 +116,12 @@ def layers(framework: str) -> Any:
     return importlib.import_module(f"mhabench.{framework}_attention")
 
 
-def _own_layer(layout: str) -> Callable[[Any, dict[str, Any]], Any]:
+def _own_layer(layout: str, kernel: str | None = None
+               ) -> Callable[[Any, dict[str, Any]], Any]:
     def build(config: Any, weights: dict[str, Any]) -> Any:
-        return layers(config.framework).build_layer(config, weights, layout)
+        if kernel is None:
+            return layers(config.framework).build_layer(config, weights, layout)
+        return layers(config.framework).build_layer(config, weights, layout, kernel=kernel)
     return build
 
 
@@ -133,8 +138,21 @@ for _fw in ("torch", "jax"):
                      else "jax.nn.dot_product_attention"))
     register(Backend("reference", _fw, _reference, modes=("forward", "train"), gqa=False,
                      library=True, summary="the framework's own layer"))
+# The fused call with one kernel forced and no fallback: torch's SDPA through
+# torch.nn.attention.sdpa_kernel, JAX's dot_product_attention through implementation=.
+# A kernel that cannot take a cell (dtype, GQA, head width, dropout) fails the build with
+# the library's reason, so the cell is n/a; the devices each kernel exists on.
+FORCED_KERNELS = {"torch": {"flash": ("cpu", "cuda"), "efficient": ("cuda",),
+                            "cudnn": ("cuda",), "math": ("cpu", "cuda")},
+                  "jax": {"xla": ("cpu", "cuda"), "cudnn": ("cuda",)}}
+for _fw, _kernels in FORCED_KERNELS.items():
+    for _kernel, _devices in _kernels.items():
+        register(Backend(f"fused_{_kernel}", _fw, _own_layer("fused", _kernel), library=True,
+                         dropout=_fw == "torch", kernel=_kernel, devices=_devices,
+                         summary=f"the fused call forced to its {_kernel} kernel"))
 CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
-BUILTIN = CHAPTER  # every built-in, in the order names() lists them
+FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
+BUILTIN = CHAPTER + FORCED  # every built-in, in the order names() lists them
 
 
 def load_plugins() -> None:

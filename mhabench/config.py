@@ -123,6 +123,9 @@ class AttentionConfig:
         name, fw = backend.name, self.framework
         what = f"backend={name!r} ({backend.summary})" if backend.summary else \
             f"backend={name!r}"
+        if self.device not in backend.devices:
+            raise ValueError(f"{what} runs on {' or '.join(backend.devices)} only, not "
+                             f"device={self.device!r}")
         if self.kv_heads != self.heads and not backend.gqa:
             raise ValueError(f"{what} supports MHA only, but kv_heads={self.kv_heads} != "
                              f"heads={self.heads}; use {_able(fw, lambda b: b.gqa)}")

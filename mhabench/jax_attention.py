@@ -72,7 +72,8 @@ class MultiHeadAttention(nnx.Module):
                  backend: str = "batched", dropout: float = 0.0, *,
                  dtype: Any = jnp.float32, rngs: nnx.Rngs | None = None,
                  self_attention: bool = True,
-                 core: tuple[Callable[..., Any], bool] | None = None) -> None:
+                 core: tuple[Callable[..., Any], bool] | None = None,
+                 kernel: str | None = None) -> None:
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
@@ -90,6 +91,9 @@ class MultiHeadAttention(nnx.Module):
         # A registered attention function on projected heads (mhabench.backends): a static
         # attribute, not a pytree node.
         self.core = nnx.static(core) if hasattr(nnx, "static") else core
+        if kernel is not None and backend != "fused":
+            raise ValueError(f"a forced kernel needs the fused layout, not backend={backend!r}")
+        self.implementation = kernel  # dot_product_attention's: None, "xla" or "cudnn"
         self.p = p = d // heads
         kv_width = kv_heads * p
 
@@ -250,7 +254,14 @@ class MultiHeadAttention(nnx.Module):
         mask = None if keep is None else keep[:, None]  # (b or 1, 1, n or 1, m)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, m, h_kv, p) views
         with region("attention"):
-            return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+            if self.implementation is None:
+                return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
+            try:  # traced once, at compile time: no cost in the step
+                return jax.nn.dot_product_attention(q, k, v, mask=mask,
+                                                    implementation=self.implementation)
+            except Exception as err:  # noqa: BLE001 (whatever the implementation refuses)
+                raise ValueError(f"implementation={self.implementation!r} cannot run this "
+                                 f"cell: {err}") from err
 
     def _attend_batched(self, q, k, v, valid_lens, causal):
         b, n, h, p = q.shape
@@ -342,13 +353,14 @@ def jax_device(device: str) -> jax.Device:
 
 def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout: str,
                 core: tuple[Callable[..., Any], bool] | None = None,
-                dropout: float | None = None) -> MultiHeadAttention:
+                dropout: float | None = None, kernel: str | None = None
+                ) -> MultiHeadAttention:
     """mhabench's layer in ``layout`` (loop, batched, fused) with ``weights``, in the
     config's dtype (``build_model`` places it); ``core`` as in :class:`MultiHeadAttention`."""
     model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
                                config.dropout if dropout is None else dropout,
                                dtype=JAX_DTYPES[config.dtype], self_attention=not config.cross,
-                               core=core)
+                               core=core, kernel=kernel)
     model.load_weights(weights)
     return model
 

@@ -73,6 +73,9 @@ def expected_kernel(config: AttentionConfig) -> str:
     """
     if not library_call(config):
         return _own_kernel(config)
+    forced = backends.get(config.framework, config.backend).kernel
+    if forced is not None:
+        return forced
     if config.framework == "jax":
         return "xla"
     dropout_active = config.dropout > 0 and config.mode == "train"

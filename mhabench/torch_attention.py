@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd import profiler as autograd_profiler
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mhabench import backends
 from mhabench.config import AttentionConfig
@@ -88,10 +91,12 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
                  backend: str = "batched", dropout: float = 0.0,
-                 core: tuple[Callable[..., Any], bool] | None = None) -> None:
+                 core: tuple[Callable[..., Any], bool] | None = None,
+                 kernel: str | None = None) -> None:
         """``core``: a registered attention function on projected heads and whether it
         takes grouped key/value heads (``mhabench.backends.register_attention``); it
-        replaces the batched layout's scores, softmax and mixing."""
+        replaces the batched layout's scores, softmax and mixing. ``kernel``: the SDPA
+        kernel the fused layout is forced to (flash, efficient, cudnn, math)."""
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
@@ -104,7 +109,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"a core attention function runs in the batched layout, "
                              f"not backend={backend!r}")
         self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
+        if kernel is not None and backend != "fused":
+            raise ValueError(f"a forced kernel needs the fused layout, not backend={backend!r}")
         self.core = core
+        self.sdpa_backends = None if kernel is None else [_sdpa_backend(kernel)]
         self.p = d // heads
         kv_width = kv_heads * self.p
         self.dropout = nn.Dropout(dropout)
@@ -287,11 +295,35 @@ class MultiHeadAttention(nn.Module):
         keep = None
         if (valid_lens is not None or causal) and not own_causal:
             keep = keep_mask(n, m, valid_lens, causal, q.device)[:, None]  # (b|1, 1, n|1, m)
-        with region("attention"):
+        forced = _NO_REGION if self.sdpa_backends is None else sdpa_kernel(self.sdpa_backends)
+        with region("attention"), forced:
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=keep, is_causal=own_causal,
                 dropout_p=self.dropout.p if self.training else 0.0,
                 enable_gqa=self.kv_heads != self.heads)
+
+
+def _sdpa_backend(kernel: str) -> SDPBackend:
+    names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+    if kernel not in names:
+        raise ValueError(f"kernel={kernel!r} is not allowed; choose one of {', '.join(names)}")
+    return getattr(SDPBackend, names[kernel])
+
+
+def check_forced_kernel(config: AttentionConfig, step: Callable[[], Any]) -> None:
+    """Run ``step`` once; if its forced SDPA kernel cannot take the cell, raise ValueError
+    with torch's reasons (its warnings), so the cell is n/a instead of falling back."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            step()
+        except RuntimeError as err:
+            reasons = " ".join(dict.fromkeys(
+                re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", str(w.message)).strip()
+                for w in caught))
+            raise ValueError(f"{config.id}: backend={config.backend!r} cannot run this cell: "
+                             f"{reasons or err}") from err
 
 
 class ReferenceAttention(nn.Module):
@@ -332,11 +364,13 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout: str,
-                core: tuple[Callable[..., Any], bool] | None = None) -> MultiHeadAttention:
+                core: tuple[Callable[..., Any], bool] | None = None,
+                kernel: str | None = None) -> MultiHeadAttention:
     """mhabench's layer in ``layout`` (loop, batched, fused) with ``weights``, on the CPU in
-    float32 (``build_model`` moves it); ``core`` as in :class:`MultiHeadAttention`."""
+    float32 (``build_model`` moves it); ``core`` and ``kernel`` as in
+    :class:`MultiHeadAttention`."""
     model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
-                               config.dropout, core=core)
+                               config.dropout, core=core, kernel=kernel)
     model.load_weights(weights)
     return model
 
@@ -376,7 +410,15 @@ def to_tensors(config: AttentionConfig, arrays: dict[str, np.ndarray | None]
 
 def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
     """A ready-to-call step for ``config`` (forward, forward+backward, or a decode-mode
-    step, see ``mhabench.config.MODES``), synchronised with the device before it returns."""
+    step, see ``mhabench.config.MODES``), synchronised with the device before it returns.
+    A forced SDPA kernel that cannot take the cell raises ValueError here (n/a)."""
+    step = _make_step(config, seed)
+    if backends.get(config.framework, config.backend).kernel is not None:
+        check_forced_kernel(config, step)
+    return step
+
+
+def _make_step(config: AttentionConfig, seed: int) -> Callable[[], Any]:
     model = build_model(config, init_weights(config, seed))
     x = to_tensors(config, make_inputs(config, seed + 1))
     if config.mode in ("decode", "prefix"):

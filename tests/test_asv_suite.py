@@ -34,7 +34,7 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 CELLS = """
     import json
     from benchmarks import (bench_calibration, bench_cross, bench_decode, bench_gqa,
-                            bench_heads, bench_scaling, bench_train)
+                            bench_heads, bench_kernels, bench_scaling, bench_train)
     from benchmarks.common import AttentionBenchmark
 
     def outcome(cls, cell):
@@ -44,8 +44,8 @@ CELLS = """
             return "n/a: " + str(err)
         return "ok"
 
-    classes = [c for m in (bench_cross, bench_decode, bench_gqa, bench_heads, bench_scaling,
-                           bench_train) for c in vars(m).values()
+    classes = [c for m in (bench_cross, bench_decode, bench_gqa, bench_heads, bench_kernels,
+                           bench_scaling, bench_train) for c in vars(m).values()
                if isinstance(c, type) and issubclass(c, AttentionBenchmark)
                and c is not AttentionBenchmark]
 """
@@ -69,7 +69,7 @@ def test_cuda_cells_skip_with_the_reason_on_a_machine_without_gpu() -> None:
     done = run_python(code, {"MHABENCH_GRID": "tiny", "MHABENCH_DEVICES": "cpu,cuda"})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.splitlines()[-1])
-    assert len(out) == 11  # nine attention classes and two calibration classes
+    assert len(out) == 12  # ten attention classes and two calibration classes
     for name, result in out.items():
         assert result.startswith("n/a: device='cuda' is not available"), (name, result)
 
@@ -189,7 +189,7 @@ def test_every_benchmark_module_runs_on_the_tiny_grid(asv_home: dict[str, str]) 
     assert done.returncode == 0, log[-5000:]
     assert " failed" not in log, log[-5000:]
     for module in ("bench_calibration", "bench_cross", "bench_decode", "bench_gqa",
-                   "bench_heads", "bench_scaling", "bench_train"):
+                   "bench_heads", "bench_kernels", "bench_scaling", "bench_train"):
         assert f"{module}." in log
 
 

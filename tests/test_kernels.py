@@ -98,3 +98,48 @@ def test_cuda_jax_fused_runs_the_predicted_kernel(dtype) -> None:
     ran = detect_kernel(config, step)
     print(f"{config.id}: expected {expected_kernel(config)}, ran {ran}")
     assert ran == expected_kernel(config)
+
+
+# ----- forced kernels (backends fused_<kernel>): no silent fallback -------------------------
+@pytest.mark.parametrize(("framework", "backend", "kernel"), [
+    ("torch", "fused_flash", "flash"), ("torch", "fused_math", "math"),
+    ("jax", "fused_xla", "xla")])
+def test_a_forced_kernel_is_the_one_that_runs(framework, backend, kernel) -> None:
+    for variant in ({}, {"kv_heads": 2, "masked": True}):
+        config = small(framework=framework, backend=backend, **variant)
+        assert expected_kernel(config) == kernel
+        assert detect_kernel(config, prepare(config)) == kernel  # auto picks flash on CPU
+
+
+def test_a_forced_kernel_that_cannot_take_the_cell_is_refused_with_the_reason() -> None:
+    # The CPU flash kernel has no dropout: forced, the cell fails to build (asv: n/a);
+    # the library's choice would fall back to math.
+    config = small(backend="fused_flash", mode="train", dropout=0.1)
+    with pytest.raises(ValueError, match="cannot run this cell: .*dropout"):
+        prepare(config)
+    assert detect_kernel(config.replace(backend="fused"), prepare(config.replace(
+        backend="fused"))) == "math"
+    for framework, backend in (("torch", "fused_efficient"), ("torch", "fused_cudnn"),
+                               ("jax", "fused_cudnn")):
+        with pytest.raises(ValueError, match="runs on cuda only, not device='cpu'"):
+            small(framework=framework, backend=backend)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["fused_flash", "fused_efficient", "fused_cudnn",
+                                     "fused_math"])
+@pytest.mark.parametrize(("dtype", "kv_heads"), [("float32", 8), ("bfloat16", 8),
+                                                 ("bfloat16", 2)])
+def test_cuda_forced_kernels_run_or_say_why(backend, dtype, kv_heads) -> None:
+    config = AttentionConfig(framework="torch", backend=backend, device="cuda", dtype=dtype,
+                             batch=2, n=256, d=256, heads=8, kv_heads=kv_heads)
+    try:
+        step = prepare(config)
+    except ValueError as exc:
+        print(f"{config.id}: n/a: {exc}")
+        assert "cannot run this cell" in str(exc)
+        return
+    ran = detect_kernel(config, step)
+    print(f"{config.id}: ran {ran}")
+    assert ran == backend.removeprefix("fused_")
