@@ -124,6 +124,10 @@ def _reference(config: Any, weights: dict[str, Any]) -> Any:
     return layers(config.framework).build_reference(config, weights)
 
 
+def _compiled(config: Any, weights: dict[str, Any]) -> Any:
+    return importlib.import_module("mhabench.torch_compiled").build_layer(config, weights)
+
+
 for _fw in ("torch", "jax"):
     register(Backend("loop", _fw, _own_layer("loop"), summary="one head at a time"))
     register(Backend("batched", _fw, _own_layer("batched"),
@@ -133,7 +137,9 @@ for _fw in ("torch", "jax"):
                      else "jax.nn.dot_product_attention"))
     register(Backend("reference", _fw, _reference, modes=("forward", "train"), gqa=False,
                      library=True, summary="the framework's own layer"))
-BUILTIN = ("loop", "batched", "fused", "reference")
+register(Backend("compiled", "torch", _compiled,
+                 summary="torch.compile of the batched layout (recompiles are errors)"))
+BUILTIN = ("loop", "batched", "fused", "reference", "compiled")
 
 
 def load_plugins() -> None:
