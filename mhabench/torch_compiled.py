@@ -15,6 +15,12 @@ Decode: ``decode_step`` is compiled whole, the in-place write into the KV cache 
 Dynamo specialises on the cache's Python-int position; the decode step rewinds it to the
 same slot before every call (``mhabench.torch_decode``), so it stays one graph. A loop
 that advanced the position would recompile on each token, and so raises here.
+
+Layers of one config share their graphs: dynamo keeps compiled code per code object (the
+methods of :class:`MultiHeadAttention`) with the parameters as inputs, so a second layer
+of a config seen before compiles nothing. Each new config adds one entry there; a first
+call may add past dynamo's recompile limit (8, meant to catch runaway recompiles, which
+the stance above catches here), so that call raises the limit.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import torch
 from mhabench.config import AttentionConfig
 from mhabench.torch_attention import MultiHeadAttention
 
-COMPILED = ("forward", "attend", "decode_step")
+# Entries per code object a first call may add to (one per config, mode and grad mode).
+FIRST_CALL_LIMIT = 4096
 
 
 class CompiledAttention(MultiHeadAttention):
@@ -48,7 +55,9 @@ class CompiledAttention(MultiHeadAttention):
         if compiled is None:  # the first call compiles
             compiled = torch.compile(eager.__get__(self), fullgraph=True, dynamic=False)
             self._compiled[name] = compiled
-            return compiled(*args, **kwargs)
+            with torch._dynamo.config.patch(recompile_limit=FIRST_CALL_LIMIT,
+                                            accumulated_recompile_limit=FIRST_CALL_LIMIT):
+                return compiled(*args, **kwargs)
         with torch.compiler.set_stance("fail_on_recompile"):
             return compiled(*args, **kwargs)
 
