@@ -129,6 +129,10 @@ def _reference(config: Any, weights: dict[str, Any]) -> Any:
     return layers(config.framework).build_reference(config, weights)
 
 
+def _compiled(config: Any, weights: dict[str, Any]) -> Any:
+    return importlib.import_module("mhabench.torch_compiled").build_layer(config, weights)
+
+
 for _fw in ("torch", "jax"):
     register(Backend("loop", _fw, _own_layer("loop"), summary="one head at a time"))
     register(Backend("batched", _fw, _own_layer("batched"),
@@ -150,9 +154,11 @@ for _fw, _kernels in FORCED_KERNELS.items():
         register(Backend(f"fused_{_kernel}", _fw, _own_layer("fused", _kernel), library=True,
                          dropout=_fw == "torch", kernel=_kernel, devices=_devices,
                          summary=f"the fused call forced to its {_kernel} kernel"))
+register(Backend("compiled", "torch", _compiled,
+                 summary="torch.compile of the batched layout (recompiles are errors)"))
 CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
-BUILTIN = CHAPTER + FORCED  # every built-in, in the order names() lists them
+BUILTIN = CHAPTER + ("compiled",) + FORCED  # every built-in, in the order names() lists them
 
 
 def load_plugins() -> None:
