@@ -2,18 +2,27 @@
 
 The chapter's shape (d=256, n=512, batch 8), h from 1 to 64, for every framework and
 backend; ``reference`` is the framework's own layer (torch.nn.MultiheadAttention,
-flax.nnx.MultiHeadAttention). The report takes slowest/fastest over h per backend.
+flax.nnx.MultiHeadAttention); on the tiny and full grids also torch.compile, FlexAttention
+and JAX blockwise. The report takes slowest/fastest over h per backend.
 """
 
 from mhabench.config import HEAD_SWEEP
 
-from .common import BACKENDS, DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
+from .common import (
+    DEVICE_PARAMS,
+    DTYPES,
+    FRAMEWORKS,
+    SWEEP_BACKENDS,
+    THREADS,
+    AttentionBenchmark,
+    grid,
+)
 
 
 class HeadsAtFixedWidth(AttentionBenchmark):
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]
-    params = [FRAMEWORKS, BACKENDS, [grid(tiny=2, quick=8, full=8)],
+    params = [FRAMEWORKS, SWEEP_BACKENDS, [grid(tiny=2, quick=8, full=8)],
               [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
               grid(tiny=[1, 4, 16], quick=[1, 8, 64], full=list(HEAD_SWEEP)),
               DEVICE_PARAMS, DTYPES, [THREADS]]

@@ -84,12 +84,21 @@ FRAMEWORKS = ["torch", "jax"]
 # points, MHABENCH_BACKENDS); a plug-in's cells in a framework it does not run are skipped.
 # mhabench's own newer backends join the grids class by class (the quick grid's budget).
 BACKENDS = [*backends.CHAPTER, *backends.plugin_names()]
+# mhabench's newer backends (torch.compile, FlexAttention, JAX blockwise) where the grid's
+# budget has room for their compiles: tiny (CI) and full; the quick grid's 10 minutes do not
+# hold them yet (scripts/backend_table.py times them at the quick shape).
+NEW_BACKENDS = [b for b in ("compiled", "flex", "blockwise") if b in backends.names()]
+SWEEP_BACKENDS = BACKENDS + grid(tiny=NEW_BACKENDS, quick=[], full=NEW_BACKENDS)
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
 # full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
 DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
                                                        full=list(DEVICES)), DEVICES)
 DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
                                                full=list(ALL_DTYPES)), ALL_DTYPES)
+# track_kernel: on the CPU-only quick grid the library's choice is fixed (flash, or math
+# with dropout; XLA) and a forced kernel cannot fall back (its build fails), so the quick
+# grid spends those 84 s of processes on samples; a GPU run and tiny/full record it.
+RECORD_KERNELS = grid(tiny=True, quick="cuda" in DEVICE_PARAMS, full=True)
 WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
 # The cost model's budget skips cells that would not fit; this cap is the net under it: a
 # cell that still runs out fails as that cell. Not where CUDA may start (it reserves far
@@ -188,7 +197,7 @@ class AttentionBenchmark(abc.ABC):
             # A per-class copy, so each class carries its own skip list.
             cls.track_kernel = _track_kernel_method(skip_cells(
                 names, params,
-                lambda c: cls.records_kernel and kernels.library_call(c)))
+                lambda c: cls.records_kernel and RECORD_KERNELS and kernels.library_call(c)))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)

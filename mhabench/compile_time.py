@@ -1,13 +1,19 @@
-"""The one-time cost of ``torch.compile``: cold compile seconds of a config's step.
+"""The one-time cost of compiling a config's step, cold: a result beside the step time.
 
-:func:`compile_seconds` builds the config's step with dynamo's in-process caches cleared
-(``torch._dynamo.reset()``) and inductor's on-disk caches bypassed
-(``force_disable_caches``), times its first call (trace + compile + run) and subtracts a
-steady call (the median of a few). Divide by the per-call saving over eager to get the
-calls it takes to pay the compile back.
+- torch (``compiled``, and any backend that compiles on its first call): dynamo's
+  in-process caches cleared (``torch._dynamo.reset()``), inductor's on-disk caches
+  bypassed (``force_disable_caches``); the first call's time (trace + compile + run) less
+  a steady call (the median of a few). An eager backend reads about 0.
+- JAX (every backend: each step is ``jax.jit`` compiled ahead of time): in-process caches
+  cleared (``jax.clear_caches()``) and the persistent compilation cache off; the step's
+  trace + lower + compile, as ``jax_decode.compile_traced`` records it.
 
-The reset drops every compiled graph in the process: a compiled step built before then has
-nothing to run and raises as a recompile, so ``timing.prepare``'s cache is cleared too.
+Divide by the per-call saving over the eager layout to get the calls it takes to pay the
+compile back (the report's break-even column).
+
+The torch reset drops every compiled graph in the process: a compiled step built before
+then has nothing to run and raises as a recompile, so ``timing.prepare``'s cache is
+cleared too. Call this in a process of its own (asv's ``track_compile_seconds`` is).
 """
 
 from __future__ import annotations
@@ -19,17 +25,28 @@ from mhabench.config import AttentionConfig
 
 
 def compile_seconds(config: AttentionConfig, steady_calls: int = 5) -> float:
-    """Seconds the first call of ``config``'s step spends beyond a steady call, cold."""
+    """Seconds ``config``'s step spends compiling, cold (see the module docstring)."""
+    from mhabench.timing import float32_matmul_precision, prepare
+
+    prepare.cache_clear()
+    if config.framework == "jax":
+        import jax
+
+        from mhabench.jax_attention import make_step
+
+        jax.clear_caches()
+        enabled = jax.config.jax_enable_compilation_cache
+        jax.config.update("jax_enable_compilation_cache", False)
+        try:
+            with float32_matmul_precision("jax"):
+                return make_step(config).compiled.compile_seconds
+        finally:
+            jax.config.update("jax_enable_compilation_cache", enabled)
     import torch
 
-    from mhabench.timing import float32_matmul_precision, prepare
     from mhabench.torch_attention import make_step
 
-    if config.framework != "torch":
-        raise ValueError(f"compile_seconds times torch.compile; got framework="
-                         f"{config.framework!r}")
     torch._dynamo.reset()
-    prepare.cache_clear()
     with torch.compiler.config.patch(force_disable_caches=True), \
             float32_matmul_precision("torch"):
         step = make_step(config)
@@ -41,4 +58,4 @@ def compile_seconds(config: AttentionConfig, steady_calls: int = 5) -> float:
         start = time.perf_counter()
         step()
         steady.append(time.perf_counter() - start)
-    return first - statistics.median(steady)
+    return max(first - statistics.median(steady), 0.0)

@@ -39,7 +39,7 @@ from mhabench.config import DEVICES, DTYPES
 # Classes run in this order (a module's classes keep their order within it); modules
 # not named here come after, alphabetically.
 MODULE_ORDER = ("bench_calibration", "bench_heads", "bench_kernels", "bench_gqa",
-                "bench_decode", "bench_cross", "bench_train", "bench_scaling")
+                "bench_decode", "bench_cross", "bench_train", "bench_scaling", "bench_compile")
 # Until this run has measured its own: seconds per asv invocation (benchmark discovery and
 # the forkserver import torch and jax) and per benchmark x cell (a forked process that
 # starts CUDA, builds, compiles and samples).

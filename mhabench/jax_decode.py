@@ -18,6 +18,7 @@ This module knows the layer only through its methods, so it imports nothing from
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +30,15 @@ from mhabench.config import AttentionConfig
 
 
 def compile_traced(fn: Callable, args: tuple, donate: tuple[int, ...] = ()) -> Any:
-    """``fn`` compiled for ``args``; the result carries ``jaxpr`` (what the step computes,
-    for tests that inspect which operations touch the parameters)."""
+    """``fn`` compiled ahead of time for ``args`` (calling it with other shapes or dtypes
+    raises; it never compiles again). The result carries ``jaxpr`` (what the step
+    computes, for tests that inspect which operations touch the parameters) and
+    ``compile_seconds`` (trace, lower and compile; cold only with JAX's caches off, see
+    ``mhabench.compile_time``)."""
+    start = time.perf_counter()
     traced = jax.jit(fn, donate_argnums=donate).trace(*args)
     compiled = traced.lower().compile()
+    compiled.compile_seconds = time.perf_counter() - start
     compiled.jaxpr = traced.jaxpr
     return compiled
 

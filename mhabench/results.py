@@ -333,6 +333,12 @@ def _newest_track(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     return latest(rows)
 
 
+def compile_seconds(frame: pd.DataFrame) -> pd.Series:
+    """The newest cold compile seconds (track_compile_seconds) per (machine, config_id)."""
+    rows = _newest_track(frame, "track_compile_seconds")
+    return rows.set_index(["machine", "config_id"])["value"].astype(float)
+
+
 def kernel_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The attention kernel that ran in each fused/reference cell (newest track_kernel per
     machine and config), beside the one the config predicts and whether it writes the map.

@@ -188,8 +188,8 @@ def test_every_benchmark_module_runs_on_the_tiny_grid(asv_home: dict[str, str]) 
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-5000:]
     assert " failed" not in log, log[-5000:]
-    for module in ("bench_calibration", "bench_cross", "bench_decode", "bench_gqa",
-                   "bench_heads", "bench_kernels", "bench_scaling", "bench_train"):
+    for module in ("bench_calibration", "bench_compile", "bench_cross", "bench_decode",
+                   "bench_gqa", "bench_heads", "bench_kernels", "bench_scaling", "bench_train"):
         assert f"{module}." in log
 
 

@@ -102,3 +102,30 @@ def test_compile_seconds_is_the_cold_compile_and_a_warm_call_is_cheap():
     assert time.perf_counter() - start < cold / 10
     # The eager layout compiles nothing: its first call costs about a steady one.
     assert compile_seconds(config.replace(backend="batched")) < cold / 10
+
+
+def test_jax_steps_compile_once_and_refuse_other_shapes():
+    """JAX's side of "recompiles are errors": a prepared step is compiled ahead of time, so
+    timed calls add no backend compile (JAX's own compile events), and the compiled
+    function refuses inputs of another shape instead of compiling again."""
+    import jax
+
+    from mhabench.jax_attention import make_step as jax_step
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    config = tiny(framework="jax", backend="batched")
+    step = jax_step(config)
+    assert compiles  # building the step compiled it (the listener sees JAX compile)
+    before = len(compiles)
+    for _ in range(5):
+        step()
+    assert len(compiles) == before
+    compiled, wrong = step.compiled, np.zeros((3, 8, 16), np.float32)
+    with pytest.raises(TypeError):
+        compiled(*[wrong] * 4)
+    assert len(compiles) == before
+    cold = compile_seconds(config)
+    assert cold > 0  # trace + lower + compile with JAX's caches off

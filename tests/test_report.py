@@ -248,3 +248,27 @@ def test_report_from_the_real_fixture(tmp_path: Path, capsys: pytest.CaptureFixt
     checker = parse(out.read_text())
     assert checker.errors == [] and set(SECTION_IDS) <= checker.ids
     assert "Exercise 6.4" in out.read_text()
+
+
+def test_compile_seconds_and_break_even_calls_beside_the_step_time() -> None:
+    import pandas as pd
+
+    from mhabench.config import AttentionConfig
+    from mhabench.report.sections_overview import _compile_columns
+
+    compiled = AttentionConfig(framework="torch", backend="compiled", batch=8, heads=8)
+    eager, jax_cell = compiled.replace(backend="batched"), compiled.replace(framework="jax",
+                                                                            backend="fused")
+    compiles = pd.Series({("m", compiled.id): 10.0, ("m", jax_cell.id): 2.0})
+    times = pd.Series({("m", eager.id): 0.030, ("m", compiled.id): 0.020})
+
+    def row(config, value):
+        return {**config.to_dict(), "machine": "m", "config_id": config.id, "value": value}
+
+    assert _compile_columns(row(compiled, 0.020), compiles, times) == {
+        "compile (s)": 10.0, "break-even calls": 1000}  # 10 s / 10 ms saved a call
+    assert _compile_columns(row(compiled, 0.031), compiles, times)["break-even calls"] == \
+        "never"
+    assert _compile_columns(row(jax_cell, 0.05), compiles, times) == {
+        "compile (s)": 2.0, "break-even calls": ""}  # no eager JAX step to pay back against
+    assert _compile_columns(row(eager, 0.03), pd.Series(dtype=float), times) == {}

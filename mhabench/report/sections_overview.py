@@ -14,7 +14,7 @@ from mhabench.report.context import (
     sweep_plots,
 )
 from mhabench.report.types import Plot, Section, Table
-from mhabench.results import kernel_table
+from mhabench.results import compile_seconds, config_from_row, kernel_table
 
 
 def machine_section(ctx: Context) -> Section:
@@ -55,12 +55,30 @@ def machine_section(ctx: Context) -> Section:
     return section
 
 
+def _compile_columns(row: dict, compiles: pd.Series, times: pd.Series) -> dict:
+    """Cold compile seconds of the cell (track_compile_seconds) and, for a torch backend
+    that compiles, the calls it takes to pay them back against torch's eager batched layout
+    of the same cell ("never" where it saves nothing). Empty without compile results."""
+    if compiles.empty:
+        return {}
+    seconds = compiles.get((row["machine"], row["config_id"]))
+    even: object = ""
+    if seconds is not None and row["framework"] == "torch" and row["backend"] != "batched":
+        eager = times.get((row["machine"], config_from_row(row).replace(backend="batched").id))
+        if eager is not None:
+            saved = eager - row["value"]
+            even = round(seconds / saved) if saved > 0 else "never"
+    return {"compile (s)": "" if seconds is None else seconds, "break-even calls": even}
+
+
 def exercise_section(ctx: Context) -> Section:
     sweeps = head_sweeps(ctx.timings)
     if not sweeps:
         return Section("", "", absent="No head sweep (one config at several h) in the results.")
     summary, detail, chapter = [], [], []
     ran = kernel_table(ctx.results.frame).set_index(["machine", "config_id"])["kernel"]
+    compiles = compile_seconds(ctx.results.frame)
+    times = ctx.timings.set_index(["machine", "config_id"])["value"]
     for key, group in sweeps:
         chapter.append(is_chapter(key))
         best = group["value"].min()
@@ -78,7 +96,8 @@ def exercise_section(ctx: Context) -> Section:
                            "backend": key["backend"], "mode": key["mode"],
                            "shape": shape(key), "h": r["heads"], "p = d/h": r["d"] // r["heads"],
                            "kernel": ran.get((r["machine"], r["config_id"]), ""),
-                           "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best})
+                           "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best,
+                           **_compile_columns(r, compiles, times)})
     summary = pd.DataFrame(summary)
     section = Section("", "", tables=[
         Table("ratios", "Slowest over fastest head count per sweep", summary),

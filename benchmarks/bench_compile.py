@@ -1,0 +1,51 @@
+"""Compile time is a result: the one-time cold compile of a step (torch.compile, jax.jit).
+
+``track_compile_seconds`` of Exercise 6.4's cells for the backends that compile
+(``mhabench.compile_time``: in-process caches cleared, on-disk caches off), each in a
+process of its own. The report puts it beside the step time, with the calls it takes to
+pay back (compile seconds over the per-call saving against torch's eager batched layout).
+Recompiles are errors in every timed step (the compiled backends run under torch's
+fail-on-recompile stance; JAX steps are compiled ahead of time and cannot recompile).
+"""
+
+from typing import Any
+
+from mhabench import timing
+from mhabench.compile_time import compile_seconds
+
+from .common import (
+    DEVICE_PARAMS,
+    DTYPES,
+    NEW_BACKENDS,
+    THREADS,
+    config_of,
+    grid,
+    skip_cells,
+    unsupported_as_skip,
+)
+
+COMPILING = [b for b in NEW_BACKENDS if b != "blockwise"]  # torch's; JAX: every backend
+
+
+class CompileTime:
+    param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
+                   "threads"]
+    params = [["torch", "jax"],
+              grid(tiny=COMPILING[:1] + ["batched"], quick=COMPILING[:1] + ["batched"],
+                   full=COMPILING + ["loop", "batched", "fused", "reference", "blockwise"]),
+              [grid(tiny=2, quick=8, full=8)], [grid(tiny=32, quick=512, full=512)],
+              [grid(tiny=32, quick=256, full=256)],
+              grid(tiny=[4], quick=[8], full=[1, 8, 64]), DEVICE_PARAMS, DTYPES, [THREADS]]
+    # torch's eager backends compile nothing: only its compiling ones and every JAX one.
+    skip_params = skip_cells(param_names, params, lambda c: c.framework == "jax"
+                             or c.backend in COMPILING)
+    timeout = grid(tiny=300, quick=300, full=900)
+
+    def setup(self, *params: Any) -> None:
+        self.cfg = unsupported_as_skip(lambda: config_of(self.param_names, params))
+        unsupported_as_skip(lambda: timing.check_runnable(self.cfg))
+
+    def track_compile_seconds(self, *params: Any) -> float:
+        return compile_seconds(self.cfg)
+
+    track_compile_seconds.unit = "seconds"
