@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench import backends, kernels, memory, timing
+from mhabench import backends, device_time, kernels, memory, timing
 from mhabench.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.config import DTYPES as ALL_DTYPES
 
@@ -164,6 +164,8 @@ class AttentionBenchmark(abc.ABC):
       (``mhabench.memory``), bytes, lower is better.
     - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
       ``mhabench.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
+    - ``track_device_seconds`` (CUDA cells, when the grid asks for cuda): the device's busy
+      time per step (``mhabench.device_time``); wall minus device is the host's share.
 
     FLOPs, map bytes and seconds per GFLOP are pure functions of the config the parameters
     name, so the report computes them from ``time_step``.
@@ -198,6 +200,9 @@ class AttentionBenchmark(abc.ABC):
             cls.track_kernel = _track_kernel_method(skip_cells(
                 names, params,
                 lambda c: cls.records_kernel and RECORD_KERNELS and kernels.library_call(c)))
+            if "cuda" in DEVICE_PARAMS:  # not even a skipped cell's fork on a CPU grid
+                cls.track_device_seconds = _track_device_method(skip_cells(
+                    names, params, lambda c: c.device == "cuda"))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)
@@ -214,6 +219,15 @@ class AttentionBenchmark(abc.ABC):
             raise SkipNotImplemented(str(err)) from err
 
     track_step_bytes.unit = "bytes"
+
+
+def _track_device_method(skip: list[tuple[Any, ...]]) -> Callable[..., float]:
+    def track_device_seconds(self: AttentionBenchmark, *params: Any) -> float:
+        return device_time.device_seconds(self.cfg, self.step)
+
+    track_device_seconds.unit = "seconds"
+    track_device_seconds.skip_params = skip
+    return track_device_seconds
 
 
 def _track_kernel_method(skip: list[tuple[Any, ...]]) -> Callable[..., int]:

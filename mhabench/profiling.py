@@ -149,7 +149,9 @@ def _trace_jax(config: AttentionConfig, step: Callable[[], Any], logdir: Path, t
     if not list(target.glob("*.trace.json.gz")):
         raise RuntimeError(f"jax.profiler wrote no *.trace.json.gz into {target}")
     # The breakdown maps the trace's hlo_op names to named scopes through this text.
+    from mhabench.device_time import hlo_module_name
+
     hlo = step.compiled.as_text()
-    module = hlo.split(None, 2)[1].rstrip(",")  # first line: "HloModule jit_forward, ..."
+    module = hlo_module_name(step)
     (target / f"{module}.hlo.txt").write_text(hlo)
     return REGIONS, {"hlo_module": module, "hlo_file": f"{module}.hlo.txt"}

@@ -333,9 +333,10 @@ def _newest_track(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     return latest(rows)
 
 
-def compile_seconds(frame: pd.DataFrame) -> pd.Series:
-    """The newest cold compile seconds (track_compile_seconds) per (machine, config_id)."""
-    rows = _newest_track(frame, "track_compile_seconds")
+def track_values(frame: pd.DataFrame, method: str) -> pd.Series:
+    """The newest value of a ``track_`` method (e.g. track_compile_seconds,
+    track_device_seconds) per (machine, config_id)."""
+    rows = _newest_track(frame, method)
     return rows.set_index(["machine", "config_id"])["value"].astype(float)
 
 

@@ -14,7 +14,7 @@ from mhabench.report.context import (
     sweep_plots,
 )
 from mhabench.report.types import Plot, Section, Table
-from mhabench.results import compile_seconds, config_from_row, kernel_table
+from mhabench.results import config_from_row, kernel_table, track_values
 
 
 def machine_section(ctx: Context) -> Section:
@@ -71,13 +71,25 @@ def _compile_columns(row: dict, compiles: pd.Series, times: pd.Series) -> dict:
     return {"compile (s)": "" if seconds is None else seconds, "break-even calls": even}
 
 
+def _device_columns(row: dict, device: pd.Series) -> dict:
+    """Device busy time (track_device_seconds, CUDA cells) and the host's share of the
+    step, wall minus device: the launch and dispatch cost that grows with h on a GPU."""
+    if device.empty:
+        return {}
+    seconds = device.get((row["machine"], row["config_id"]))
+    if seconds is None:
+        return {"device (ms)": "", "host overhead (ms)": ""}
+    return {"device (ms)": seconds * 1e3, "host overhead (ms)": row["time_ms"] - seconds * 1e3}
+
+
 def exercise_section(ctx: Context) -> Section:
     sweeps = head_sweeps(ctx.timings)
     if not sweeps:
         return Section("", "", absent="No head sweep (one config at several h) in the results.")
     summary, detail, chapter = [], [], []
     ran = kernel_table(ctx.results.frame).set_index(["machine", "config_id"])["kernel"]
-    compiles = compile_seconds(ctx.results.frame)
+    compiles = track_values(ctx.results.frame, "track_compile_seconds")
+    device = track_values(ctx.results.frame, "track_device_seconds")
     times = ctx.timings.set_index(["machine", "config_id"])["value"]
     for key, group in sweeps:
         chapter.append(is_chapter(key))
@@ -97,7 +109,8 @@ def exercise_section(ctx: Context) -> Section:
                            "shape": shape(key), "h": r["heads"], "p = d/h": r["d"] // r["heads"],
                            "kernel": ran.get((r["machine"], r["config_id"]), ""),
                            "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best,
-                           **_compile_columns(r, compiles, times)})
+                           **_compile_columns(r, compiles, times),
+                           **_device_columns(r, device)})
     summary = pd.DataFrame(summary)
     section = Section("", "", tables=[
         Table("ratios", "Slowest over fastest head count per sweep", summary),
@@ -114,6 +127,15 @@ def exercise_section(ctx: Context) -> Section:
                            for r in shown.to_dict("records")) + ".")
     section.plots = sweep_plots(sweeps, "time (ms)", lambda g: g["time_ms"].tolist(),
                                  "Time per forward pass against h")
+    measured = [(key, group.assign(host_ms=[_device_columns(r, device)["host overhead (ms)"]
+                                            for r in group.to_dict("records")]))
+                for key, group in sweeps if not device.empty]
+    measured = [(k, g[g["host_ms"] != ""]) for k, g in measured]
+    measured = [(k, g) for k, g in measured if g["heads"].nunique() >= 2]
+    if measured:
+        section.plots += sweep_plots(measured, "host overhead (ms)",
+                                     lambda g: g["host_ms"].astype(float).tolist(),
+                                     "Host overhead (wall minus device) against h")
     return section
 
 
