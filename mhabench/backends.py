@@ -28,6 +28,7 @@ put the module's folder in ``ASV_PYTHONPATH``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import inspect
@@ -133,7 +134,20 @@ for _fw in ("torch", "jax"):
                      else "jax.nn.dot_product_attention"))
     register(Backend("reference", _fw, _reference, modes=("forward", "train"), gqa=False,
                      library=True, summary="the framework's own layer"))
-BUILTIN = ("loop", "batched", "fused", "reference")
+
+
+def _blockwise(q: Any, k: Any, v: Any, valid_lens: Any, causal: bool = False) -> Any:
+    from mhabench.jax_blockwise import blockwise_attention  # JAX only when it runs
+
+    return blockwise_attention(q, k, v, valid_lens, causal)
+
+
+# An own attention function, registered as a plug-in would be, but as mhabench's.
+register(dataclasses.replace(register_attention(
+    "blockwise", "jax", _blockwise, materialises=False,
+    summary="online softmax over key blocks (lax.scan), never the whole map"),
+    origin="mhabench"), replace=True)
+BUILTIN = ("loop", "batched", "fused", "reference", "blockwise")
 
 
 def load_plugins() -> None:
