@@ -132,7 +132,7 @@ def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
     out = json.loads(done.stdout.splitlines()[-1])
     assert out["checked"] > 20
     assert len(out["heads"]) >= 3 and out["backends"] == ["loop", "batched", "fused",
-                                                          "reference"]
+                                                          "reference", "blockwise"]
     assert out["threads"] == [2]  # MHABENCH_THREADS is recorded as a parameter
 
 

@@ -70,9 +70,9 @@ def test_an_entry_point_registers_the_backend(tmp_path: Path) -> None:
     code = "from mhabench import backends; print(','.join(backends.names('jax')))"
     done = run([sys.executable, "-c", code], env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "loop,batched,fused,reference,plain"
+    assert done.stdout.strip() == "loop,batched,fused,reference,blockwise,plain"
     bare = run([sys.executable, "-c", code], {"MHABENCH_BACKENDS": ""})
-    assert bare.stdout.strip() == "loop,batched,fused,reference"
+    assert bare.stdout.strip() == "loop,batched,fused,reference,blockwise"
 
 
 def test_a_missing_plugin_module_is_named(tmp_path: Path) -> None:
