@@ -18,7 +18,7 @@ from mhabench.inputs import init_weights, make_inputs
 from mhabench.jax_attention import keep_mask, make_step, masked_softmax
 from mhabench.timing import float32_matmul_precision
 
-# m = 300 is not a multiple of the default block (128): the last block is padded.
+# m = 300 is not a multiple of the default block (64): the last block is padded.
 CELL = {"framework": "jax", "batch": 2, "n": 5, "m": 300, "d": 24, "heads": 4,
         "kv_heads": 2, "cross": True, "masked": True}
 
