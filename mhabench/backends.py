@@ -156,9 +156,21 @@ for _fw, _kernels in FORCED_KERNELS.items():
                          summary=f"the fused call forced to its {_kernel} kernel"))
 register(Backend("compiled", "torch", _compiled,
                  summary="torch.compile of the batched layout (recompiles are errors)"))
+
+
+def _blockwise(q: Any, k: Any, v: Any, valid_lens: Any, causal: bool = False) -> Any:
+    from mhabench.jax_blockwise import blockwise_attention  # JAX only when it runs
+
+    return blockwise_attention(q, k, v, valid_lens, causal)
+
+
+# An attention function on projected heads, registered the way a plug-in's is.
+register_attention("blockwise", "jax", _blockwise, materialises=False,
+                   summary="online softmax over key blocks (lax.scan), never the whole map")
 CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
-BUILTIN = CHAPTER + ("compiled",) + FORCED  # every built-in, in the order names() lists them
+# Every built-in, in the order names() lists them.
+BUILTIN = CHAPTER + ("compiled", "blockwise") + FORCED
 
 
 def load_plugins() -> None:
