@@ -70,7 +70,7 @@ def test_an_entry_point_registers_the_backend(tmp_path: Path) -> None:
     code = "from mhabench import backends; print(','.join(backends.names('jax')))"
     done = run([sys.executable, "-c", code], env)
     assert done.returncode == 0, done.stderr
-    jax_builtin = "loop,batched,fused,reference,blockwise,fused_xla,fused_cudnn"
+    jax_builtin = "loop,batched,fused,reference,blockwise,fused_cudnn,fused_xla"
     assert done.stdout.strip() == jax_builtin + ",plain"
     bare = run([sys.executable, "-c", code], {"MHABENCH_BACKENDS": ""})
     assert bare.stdout.strip() == jax_builtin
