@@ -89,12 +89,19 @@ class CompiledFlex:
     later call runs under the ``fail_on_recompile`` stance, so a recompile raises."""
 
     def __init__(self) -> None:
-        self.compiled = torch.compile(flex_attend, fullgraph=True, dynamic=False)
+        # No epilogue fusion: inductor's CPU flex template cannot take one (it raises
+        # NotImplementedError when the empty-row fix-up would be fused into it).
+        self.compiled = torch.compile(flex_attend, fullgraph=True, dynamic=False,
+                                      options={"epilogue_fusion": False})
         self.calls = 0
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  valid_lens: torch.Tensor | None = None, causal: bool = False
                  ) -> torch.Tensor:
+        if valid_lens is not None:
+            # The template's mask subgraph reads only graph inputs: a strided view of the
+            # lengths would be copied inside the graph, which its lowering rejects.
+            valid_lens = valid_lens.contiguous()
         self.calls += 1
         if self.calls == 1:
             with torch._dynamo.config.patch(recompile_limit=FIRST_CALL_LIMIT,
