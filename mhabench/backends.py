@@ -133,6 +133,10 @@ def _compiled(config: Any, weights: dict[str, Any]) -> Any:
     return importlib.import_module("mhabench.torch_compiled").build_layer(config, weights)
 
 
+def _flex(config: Any, weights: dict[str, Any]) -> Any:
+    return importlib.import_module("mhabench.torch_flex").build_layer(config, weights)
+
+
 for _fw in ("torch", "jax"):
     register(Backend("loop", _fw, _own_layer("loop"), summary="one head at a time"))
     register(Backend("batched", _fw, _own_layer("batched"),
@@ -156,6 +160,12 @@ for _fw, _kernels in FORCED_KERNELS.items():
                          summary=f"the fused call forced to its {_kernel} kernel"))
 register(Backend("compiled", "torch", _compiled,
                  summary="torch.compile of the batched layout (recompiles are errors)"))
+# FlexAttention has no backward on CPU (torch 2.13 raises), and a backend's modes are the
+# same on every device: no train mode.
+register(Backend("flex", "torch", _flex, modes=("forward", "decode", "prefix"), dropout=False,
+                 materialises=False,
+                 summary="FlexAttention under torch.compile: block mask from valid_lens, "
+                 "enable_gqa (recompiles are errors)"))
 
 
 def _blockwise(q: Any, k: Any, v: Any, valid_lens: Any, causal: bool = False) -> Any:
@@ -170,7 +180,7 @@ register_attention("blockwise", "jax", _blockwise, materialises=False,
 CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
 # Every built-in, in the order names() lists them.
-BUILTIN = CHAPTER + ("compiled", "blockwise") + FORCED
+BUILTIN = CHAPTER + ("compiled", "flex", "blockwise") + FORCED
 
 
 def load_plugins() -> None:
