@@ -70,14 +70,14 @@ def forward_output(config: AttentionConfig, weights: dict[str, np.ndarray],
         if config.framework == "torch":
             import torch
 
-            from mhabench.torch_attention import build_model, to_tensors
+            from mhabench.torch_steps import build_model, to_tensors
 
             model = build_model(config, weights).eval()
             x = to_tensors(config, {"q": queries, "k": keys, "v": values, "l": valid_lens})
             with torch.no_grad():
                 out = model(x["q"], x["k"], x["v"], x["l"])
             return out.double().cpu().numpy()
-        from mhabench.jax_attention import build_model, to_arrays
+        from mhabench.jax_steps import build_model, to_arrays
 
         model = build_model(config, weights)
         x = to_arrays(config, {"q": queries, "k": keys, "v": values, "l": valid_lens})
@@ -91,10 +91,10 @@ def step_output(config: AttentionConfig) -> np.ndarray:
 
     with float32_matmul_precision(config.framework):
         if config.framework == "torch":
-            from mhabench.torch_attention import make_step
+            from mhabench.torch_steps import make_step
 
             return make_step(config)().detach().double().cpu().numpy()
-        from mhabench.jax_attention import make_step
+        from mhabench.jax_steps import make_step
 
         out = make_step(config)()
         return np.asarray(out[0] if isinstance(out, tuple) else out, dtype=np.float64)

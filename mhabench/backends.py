@@ -112,8 +112,9 @@ def register_attention(name: str, framework: str, attend: Callable[..., Any], *,
 
 
 def layers(framework: str) -> Any:
-    """The module of mhabench's own layers for ``framework`` (imported on demand)."""
-    return importlib.import_module(f"mhabench.{framework}_attention")
+    """The module that builds mhabench's own layers for ``framework`` (imported on
+    demand): ``build_layer`` and ``build_reference``."""
+    return importlib.import_module(f"mhabench.{framework}_steps")
 
 
 def _own_layer(layout: str, kernel: str | None = None

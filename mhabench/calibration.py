@@ -84,7 +84,7 @@ def _jax_step(fn: Callable, a: np.ndarray, device: str, dtype: str) -> Callable[
     import jax
     import jax.numpy as jnp
 
-    from mhabench.jax_attention import jax_device
+    from mhabench.jax_steps import jax_device
 
     x = jax.device_put(a.astype(jnp.dtype(dtype)), jax_device(device))
     with float32_matmul_precision("jax"):

@@ -32,7 +32,7 @@ def compile_seconds(config: AttentionConfig, steady_calls: int = 5) -> float:
     if config.framework == "jax":
         import jax
 
-        from mhabench.jax_attention import make_step
+        from mhabench.jax_steps import make_step
 
         jax.clear_caches()
         enabled = jax.config.jax_enable_compilation_cache
@@ -44,7 +44,7 @@ def compile_seconds(config: AttentionConfig, steady_calls: int = 5) -> float:
             jax.config.update("jax_enable_compilation_cache", enabled)
     import torch
 
-    from mhabench.torch_attention import make_step
+    from mhabench.torch_steps import make_step
 
     torch._dynamo.reset()
     with torch.compiler.config.patch(force_disable_caches=True), \

@@ -1,4 +1,6 @@
-"""JAX / Flax NNX multi-head attention with the same backends and weights as the torch one.
+"""JAX / Flax NNX multi-head attention with the same layouts and weights as the torch one.
+
+A config's layer and compiled step are built in ``mhabench.jax_steps``.
 
 Weights come from ``mhabench.inputs`` in torch's ``(out, in)`` layout; an ``nnx.Linear``
 kernel is ``(in, out)``, so loading transposes. XLA has no views: slicing or concatenating
@@ -28,10 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mhabench import backends
-from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights, make_inputs, make_upstream
-from mhabench.jax_decode import KVCache, compile_traced, make_decode_step
+from mhabench.jax_decode import KVCache
 
 # Named scopes (never nested) label the regions in traces and in the compiled HLO's
 # op_name metadata (free at run time); XLA may still fuse neighbouring regions into one
@@ -341,127 +340,3 @@ class ReferenceAttention(nnx.Module):
         keep = None if valid_lens is None else keep_mask(queries.shape[1], keys.shape[1],
                                                          valid_lens, False)[:, None]
         return self.mha(queries, keys, values, mask=keep)
-
-
-# ----- building and running a config ----------------------------------------------------
-JAX_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-def jax_device(device: str) -> jax.Device:
-    return jax.devices("cpu" if device == "cpu" else "gpu")[0]
-
-
-def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout: str,
-                core: tuple[Callable[..., Any], bool] | None = None,
-                dropout: float | None = None, kernel: str | None = None
-                ) -> MultiHeadAttention:
-    """mhabench's layer in ``layout`` (loop, batched, fused) with ``weights``, in the
-    config's dtype (``build_model`` places it); ``core`` as in :class:`MultiHeadAttention`."""
-    model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
-                               config.dropout if dropout is None else dropout,
-                               dtype=JAX_DTYPES[config.dtype], self_attention=not config.cross,
-                               core=core, kernel=kernel)
-    model.load_weights(weights)
-    return model
-
-
-def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> nnx.Module:
-    """``flax.nnx.MultiHeadAttention`` with ``weights``."""
-    return ReferenceAttention(build_layer(config, weights, "batched", dropout=0.0),
-                              config.dropout, dtype=JAX_DTYPES[config.dtype])
-
-
-def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None = None
-                ) -> nnx.Module:
-    """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), built
-    by the config's registered backend (``mhabench.backends``), in evaluation mode
-    (deterministic); ``make_step`` switches train configs to training."""
-    weights = init_weights(config) if weights is None else weights
-    with jax.default_device(jax_device(config.device)):
-        model = backends.get(config.framework, config.backend).build(config, weights)
-    model.eval()
-    return model
-
-
-def to_arrays(config: AttentionConfig, arrays: dict[str, np.ndarray | None]
-              ) -> dict[str, jax.Array | None]:
-    """numpy inputs -> arrays on the config's device/dtype; one numpy array feeding
-    several inputs (self-attention) stays one array."""
-    dev, dtype = jax_device(config.device), JAX_DTYPES[config.dtype]
-    out: dict[str, jax.Array | None] = {}
-    seen: dict[int, jax.Array] = {}
-    for name, value in arrays.items():
-        if value is None or id(value) in seen:
-            out[name] = None if value is None else seen[id(value)]
-            continue
-        cast = value.astype(dtype) if value.dtype == np.float32 else value
-        out[name] = seen[id(value)] = jax.device_put(cast, dev)
-    return out
-
-
-def upstream_gradient(config: AttentionConfig, seed: int = 0) -> jax.Array:
-    """The output gradient (b, n, d) a training step back-propagates (``inputs``)."""
-    return to_arrays(config, {"g": make_upstream(config, seed + 2)})["g"]
-
-
-def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
-    """A ready-to-call, compiled step for ``config`` that blocks until its result is ready:
-    a forward pass; a training step (gradients w.r.t. the parameters and the inputs, with a
-    fresh dropout key each call, threaded through the compiled function); or a decode-mode
-    step (``jax_decode``). Compilation happens here, outside any clock."""
-    model = build_model(config, init_weights(config, seed))
-    x = to_arrays(config, make_inputs(config, seed + 1))
-    if config.mode == "train":
-        model.train()
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    if config.mode in ("decode", "prefix"):
-        return make_decode_step(config, graphdef, params, rest, x)
-
-    # One jit argument per distinct input array, so the model sees which one tensor feeds
-    # queries, keys and values (separate arguments would be separate tracers).
-    names = ("queries", "keys", "values")
-    distinct = list({id(x[n]): x[n] for n in names}.values())
-    wiring = [next(i for i, a in enumerate(distinct) if a is x[n]) for n in names]
-    lens = x["valid_lens"]
-
-    def call(model, inputs, lens):
-        return model(*(inputs[i] for i in wiring), lens)
-
-    def forward(params, rest, inputs, lens):
-        return call(nnx.merge(graphdef, params, rest), inputs, lens)
-
-    if config.mode != "train":
-        compiled = compile_traced(forward, (params, rest, distinct, lens))
-
-        def step() -> Any:
-            return jax.block_until_ready(compiled(params, rest, distinct, lens))
-    else:
-        # The gradient arriving from the layers above: a fixed array, not the constant
-        # ones of sum(), which XLA would fold into reductions and so skip matmuls.
-        upstream = upstream_gradient(config, seed)
-
-        def train(params, rest, key, inputs, lens, upstream):
-            key, dropout_key = jax.random.split(key)  # the next step's key goes back out
-
-            def layer(params, inputs):
-                # Fresh variables inside the differentiated trace (dropout counts its calls).
-                model = nnx.merge(graphdef, params, rest, copy=True)
-                if config.dropout:
-                    nnx.reseed(model, dropout=dropout_key)  # this step's masks
-                return call(model, inputs, lens)
-
-            # The output goes out too: the layers above need it (and XLA would otherwise
-            # drop the output projection, which no gradient needs).
-            out, backward = jax.vjp(layer, params, inputs)
-            return (out, *backward(upstream)), key
-
-        state = {"key": jax.random.key(seed)}
-        compiled = compile_traced(train, (params, rest, state["key"], distinct, lens, upstream))
-
-        def step() -> Any:
-            result, state["key"] = compiled(params, rest, state["key"], distinct, lens,
-                                            upstream)
-            return jax.block_until_ready(result)  # (output, parameter grads, input grads)
-
-    step.compiled = compiled  # XLA cost analysis, HLO text and jaxpr for the tests
-    return step

@@ -170,9 +170,9 @@ def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
     ``warmup`` calls, then more until the heap has stopped growing (page faults)."""
     check_runnable(config)
     if config.framework == "torch":
-        from mhabench.torch_attention import make_step
+        from mhabench.torch_steps import make_step
     else:
-        from mhabench.jax_attention import make_step
+        from mhabench.jax_steps import make_step
     with float32_matmul_precision(config.framework):
         step = make_step(config)
     for _ in range(warmup):

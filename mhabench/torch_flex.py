@@ -40,8 +40,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from mhabench.config import AttentionConfig
 from mhabench.torch_attention import MultiHeadAttention
-from mhabench.torch_attention import build_layer as build_torch_layer
 from mhabench.torch_compiled import FIRST_CALL_LIMIT
+from mhabench.torch_steps import build_layer as build_torch_layer
 
 
 def key_limit(valid_lens: torch.Tensor | None, causal: bool, n: int, m: int,

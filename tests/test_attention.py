@@ -133,12 +133,12 @@ def test_each_backends_own_packing_loads_and_returns_the_shared_layout(framework
                    m=9 if cross else None)
     w = init_weights(config)
     if framework == "torch":
-        from mhabench.torch_attention import build_model
+        from mhabench.torch_steps import build_model
 
         model = build_model(config)
         back = {name: model.weight(name).detach().numpy() for name in w}
     else:
-        from mhabench.jax_attention import build_model
+        from mhabench.jax_steps import build_model
 
         back = build_model(config).weights()
     for name, value in w.items():
@@ -211,9 +211,9 @@ def test_train_gradients_agree_across_backends_and_frameworks():
     from flax import nnx
 
     from mhabench.inputs import make_upstream
-    from mhabench.jax_attention import build_model as jax_model
-    from mhabench.jax_attention import make_step as jax_step
-    from mhabench.torch_attention import build_model
+    from mhabench.jax_steps import build_model as jax_model
+    from mhabench.jax_steps import make_step as jax_step
+    from mhabench.torch_steps import build_model
 
     base = small(mode="train", masked=True, kv_heads=2)
     grads = {}
@@ -243,7 +243,7 @@ def test_torch_fused_runs_cpu_flash_kernel():
     """4-D inputs reach the flash kernel on CPU, not the slow math fallback."""
     import torch
 
-    from mhabench.torch_attention import make_step
+    from mhabench.torch_steps import make_step
 
     for masked in (False, True):
         step = make_step(small(backend="fused", masked=masked, n=64))

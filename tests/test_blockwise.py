@@ -15,7 +15,8 @@ from mhabench import jax_blockwise
 from mhabench.agreement import ATOL, forward_output
 from mhabench.config import AttentionConfig
 from mhabench.inputs import init_weights, make_inputs
-from mhabench.jax_attention import keep_mask, make_step, masked_softmax
+from mhabench.jax_attention import keep_mask, masked_softmax
+from mhabench.jax_steps import make_step
 from mhabench.timing import float32_matmul_precision
 
 # m = 300 is not a multiple of the default block (64): the last block is padded.

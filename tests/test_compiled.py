@@ -15,8 +15,8 @@ from mhabench.compile_time import compile_seconds  # noqa: E402
 from mhabench.config import AttentionConfig  # noqa: E402
 from mhabench.inputs import init_weights  # noqa: E402
 from mhabench.timing import prepare  # noqa: E402
-from mhabench.torch_attention import build_model, make_step  # noqa: E402
 from mhabench.torch_decode import KVCache  # noqa: E402
+from mhabench.torch_steps import build_model, make_step  # noqa: E402
 
 RECOMPILE = "Detected recompile"
 
@@ -110,7 +110,7 @@ def test_jax_steps_compile_once_and_refuse_other_shapes():
     function refuses inputs of another shape instead of compiling again."""
     import jax
 
-    from mhabench.jax_attention import make_step as jax_step
+    from mhabench.jax_steps import make_step as jax_step
 
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(

@@ -195,7 +195,7 @@ def test_model_equals_torch_flop_counter(backend, fields):
     train takes the input's gradient too, so each matmul costs exactly 3x."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from mhabench.torch_attention import make_step
+    from mhabench.torch_steps import make_step
 
     config = step_config("torch", backend, fields)
     step = make_step(config)
@@ -207,7 +207,7 @@ def test_model_equals_torch_flop_counter(backend, fields):
 @pytest.mark.parametrize("backend", ["batched", "fused"])
 @pytest.mark.parametrize("fields", STEPS, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
 def test_xla_cost_analysis_is_model_plus_elementwise(backend, fields):
-    from mhabench.jax_attention import make_step
+    from mhabench.jax_steps import make_step
 
     config = step_config("jax", backend, fields)
     analysis = make_step(config).compiled.cost_analysis()

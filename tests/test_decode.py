@@ -34,14 +34,14 @@ def causal_forward(config: AttentionConfig, x: np.ndarray) -> np.ndarray:
     if config.framework == "torch":
         import torch
 
-        from mhabench.torch_attention import build_model
+        from mhabench.torch_steps import build_model
 
         t = torch.from_numpy(x)
         with torch.no_grad():
             return build_model(config, weights).eval()(t, t, t, causal=True).double().numpy()
     import jax.numpy as jnp
 
-    from mhabench.jax_attention import build_model
+    from mhabench.jax_steps import build_model
 
     a = jnp.asarray(x)
     return np.asarray(build_model(config, weights)(a, a, a, causal=True), dtype=np.float64)
@@ -54,8 +54,8 @@ def decoded(config: AttentionConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndar
     if config.framework == "torch":
         import torch
 
-        from mhabench.torch_attention import build_model
         from mhabench.torch_decode import KVCache
+        from mhabench.torch_steps import build_model
 
         model, t = build_model(config, weights).eval(), torch.from_numpy(x)
         with torch.inference_mode():
@@ -68,8 +68,8 @@ def decoded(config: AttentionConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndar
     import jax.numpy as jnp
     from flax import nnx
 
-    from mhabench.jax_attention import build_model
     from mhabench.jax_decode import compile_decoder, prefill
+    from mhabench.jax_steps import build_model
 
     graphdef, params, rest = nnx.split(build_model(config, weights), nnx.Param, ...)
     a = jnp.asarray(x)
@@ -129,12 +129,12 @@ def to_numpy(value) -> np.ndarray:
 def test_timed_steps_repeat_identical_bounded_work(framework, backend):
     """The KV-cache step (each call rewinds to the fill level m), the no-cache prefix step
     and repeated calls all give the new token's same output."""
-    from mhabench.torch_attention import make_step as torch_step
+    from mhabench.torch_steps import make_step as torch_step
 
     if framework == "torch":
         make_step = torch_step
     else:
-        from mhabench.jax_attention import make_step
+        from mhabench.jax_steps import make_step
     config = AttentionConfig(framework=framework, backend=backend, batch=2, n=1, m=11, d=24,
                              heads=4, kv_heads=2, mode="decode")
     step = make_step(config)

@@ -15,8 +15,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention 
 from mhabench.config import AttentionConfig  # noqa: E402
 from mhabench.inputs import init_weights  # noqa: E402
 from mhabench.timing import prepare  # noqa: E402
-from mhabench.torch_attention import build_model  # noqa: E402
 from mhabench.torch_flex import CompiledFlex, flex_attend  # noqa: E402
+from mhabench.torch_steps import build_model  # noqa: E402
 
 RECOMPILE = "Detected recompile"
 

@@ -48,15 +48,15 @@ def torch_dispatched(config: AttentionConfig) -> list[tuple[str, bool]]:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    from mhabench import torch_attention
+    from mhabench import torch_steps
 
     built = []
-    build = torch_attention.build_model
+    build = torch_steps.build_model
     try:  # keep a handle on the model make_step builds
-        torch_attention.build_model = lambda *a, **k: built.append(build(*a, **k)) or built[-1]
-        step = torch_attention.make_step(config)
+        torch_steps.build_model = lambda *a, **k: built.append(build(*a, **k)) or built[-1]
+        step = torch_steps.make_step(config)
     finally:
-        torch_attention.build_model = build
+        torch_steps.build_model = build
     step()
     params = {p.untyped_storage().data_ptr() for p in built[0].parameters()}
 
@@ -118,7 +118,7 @@ def test_the_torch_check_sees_labels_and_packing(monkeypatch):
 def test_torch_labels_appear_while_a_profiler_records():
     import torch
 
-    from mhabench.torch_attention import make_step
+    from mhabench.torch_steps import make_step
 
     step = make_step(AttentionConfig(backend="loop", batch=2, n=5, d=16, heads=2))
     with torch.profiler.profile() as prof:
@@ -161,7 +161,7 @@ def jax_weight_ops(config: AttentionConfig, step=None) -> set[str]:
     import jax
     from flax import nnx
 
-    from mhabench.jax_attention import build_model, make_step
+    from mhabench.jax_steps import build_model, make_step
 
     step = make_step(config) if step is None else step
     params = jax.tree.leaves(nnx.split(build_model(config), nnx.Param, ...)[1])
@@ -244,11 +244,11 @@ def test_reference_layers_get_the_dropout_rate(framework):
     config = AttentionConfig(framework=framework, backend="reference", batch=2, n=6, d=16,
                              heads=4, mode="train", dropout=0.25)
     if framework == "torch":
-        from mhabench.torch_attention import build_model
+        from mhabench.torch_steps import build_model
 
         assert build_model(config).mha.dropout == 0.25
     else:
-        from mhabench.jax_attention import build_model
+        from mhabench.jax_steps import build_model
 
         assert build_model(config).mha.dropout_rate == 0.25
 
