@@ -88,7 +88,7 @@ QUIET_PAGES = 256
 
 
 def warm_until_settled(call: Callable[[], Any], quiet_calls: int = 2, max_calls: int = 10,
-                       max_seconds: float = 1.0) -> int:
+                       max_seconds: float = 0.3) -> int:
     """Call ``call`` until ``quiet_calls`` calls in a row take at most :data:`QUIET_PAGES`
     page faults each; at most ``max_calls`` calls or ``max_seconds`` (a slow step's
     faults are a small part of it). Returns the number of calls made."""
