@@ -111,6 +111,18 @@ def register_attention(name: str, framework: str, attend: Callable[..., Any], *,
                             origin=origin))
 
 
+def call_attention(attend: Callable[..., Any], q: Any, k: Any, v: Any, valid_lens: Any,
+                   causal: bool) -> Any:
+    """Call a registered attention function on projected heads (``causal`` passed only
+    when set: a function without the keyword runs every other mode) and check that it
+    returned q's shape, (b, h, n, p). Shared by both frameworks' layers."""
+    out = attend(q, k, v, valid_lens, causal=True) if causal else attend(q, k, v, valid_lens)
+    if tuple(out.shape) != tuple(q.shape):
+        raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
+                         f"expected (b, h, n, p) = {tuple(q.shape)}")
+    return out
+
+
 def layers(framework: str) -> Any:
     """The module that builds mhabench's own layers for ``framework`` (imported on
     demand): ``build_layer`` and ``build_reference``."""

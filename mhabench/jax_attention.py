@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from mhabench import backends
 from mhabench.jax_decode import KVCache
 
 # Named scopes (never nested) label the regions in traces and in the compiled HLO's
@@ -291,11 +292,7 @@ class MultiHeadAttention(nnx.Module):
             k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
         q = q.transpose(0, 2, 1, 3)  # (b, n, h, p) -> (b, h, n, p), the function's layout
         with region("attention"):
-            out = attend(q, k, v, valid_lens, causal=True) if causal else \
-                attend(q, k, v, valid_lens)
-        if out.shape != q.shape:
-            raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
-                             f"expected (b, h, n, p) = {tuple(q.shape)}")
+            out = backends.call_attention(attend, q, k, v, valid_lens, causal)
         return out.transpose(0, 2, 1, 3)
 
     def _attend_loop(self, queries, k, v, keep):

@@ -30,6 +30,7 @@ from torch import nn
 from torch.autograd import profiler as autograd_profiler
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from mhabench import backends
 from mhabench.inputs import WEIGHT_NAMES
 from mhabench.torch_decode import KVCache
 
@@ -260,11 +261,7 @@ class MultiHeadAttention(nn.Module):
         if g > 1 and not takes_groups:
             k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
         with region("attention"):
-            out = attend(q, k, v, valid_lens, causal=True) if causal else \
-                attend(q, k, v, valid_lens)
-        if out.shape != q.shape:
-            raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
-                             f"expected (b, h, n, p) = {tuple(q.shape)}")
+            out = backends.call_attention(attend, q, k, v, valid_lens, causal)
         return out
 
     def _attend_loop(self, queries, k, v, keep):
