@@ -2,8 +2,8 @@
 
 The chapter's shape (d=256, n=512, batch 8), h from 1 to 64, for every framework and
 backend; ``reference`` is the framework's own layer (torch.nn.MultiheadAttention,
-flax.nnx.MultiHeadAttention); on the tiny and full grids also torch.compile, FlexAttention
-and JAX blockwise. The report takes slowest/fastest over h per backend.
+flax.nnx.MultiHeadAttention); then torch.compile, FlexAttention and JAX blockwise (the
+tiny grid takes blockwise only). The report takes slowest/fastest over h per backend.
 """
 
 from mhabench.config import HEAD_SWEEP

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench import backends, device_time, kernels, memory, timing
+from mhabench import allocator, backends, device_time, kernels, memory, timing
 from mhabench.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.config import DTYPES as ALL_DTYPES
 
@@ -69,6 +69,13 @@ THREADS = timing.configure_process()
 for _module in ("torch", "jax", "flax.nnx"):
     if framework_installed("torch" if _module == "torch" else "jax"):
         __import__(_module)
+if "torch" in sys.modules:
+    # torch.compile's and FlexAttention's machinery imports lazily on the first compile:
+    # 4 s of every compiled cell's process, paid once here instead (importing starts no
+    # compile worker, so forking after it is safe).
+    for _module in ("torch._dynamo", "torch._inductor.compile_fx",
+                    "torch.nn.attention.flex_attention"):
+        __import__(_module)
 if "jax" in sys.modules:
     # Each benchmark of a cell (time, memory, kernel) runs in its own process and compiles
     # the same program: keep compiled programs on disk (compile time is never timed here).
@@ -85,11 +92,13 @@ FRAMEWORKS = ["torch", "jax"]
 # mhabench's own newer backends join the grids class by class (the quick grid's budget).
 BACKENDS = [*backends.CHAPTER, *backends.plugin_names()]
 # mhabench's newer backends (torch.compile, FlexAttention, JAX blockwise) join the Exercise
-# 6.4 sweep on the full grid. Each torch cell compiles for 6-15 s in every process, which
-# the quick grid's 10 minutes have no room for yet; tiny (CI) takes blockwise, and
-# bench_compile times a compiled cell there.
+# 6.4 sweep, and one GQA and one cross cell (bench_gqa, bench_cross). A torch cell of
+# theirs compiles for 2-3 s in every process; tiny (CI) takes only blockwise, which
+# compiles in under a second (bench_compile times a compiled cell there).
 NEW_BACKENDS = [b for b in ("compiled", "flex", "blockwise") if b in backends.names()]
-SWEEP_BACKENDS = BACKENDS + grid(tiny=["blockwise"], quick=[], full=NEW_BACKENDS)
+GRID_NEW_BACKENDS = grid(tiny=[b for b in NEW_BACKENDS if b == "blockwise"],
+                         quick=NEW_BACKENDS, full=NEW_BACKENDS)
+SWEEP_BACKENDS = BACKENDS + GRID_NEW_BACKENDS
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
 # full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
 DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
@@ -143,11 +152,25 @@ def skip_cells(names: list[str], params: list[list[Any]],
             if not _valid(names, cell) or not keep(config_of(names, cell))]
 
 
+_UNSETTLED: list[Callable[[], Any]] = []  # prepared steps whose heap has not settled yet
+
+
 @functools.lru_cache(maxsize=8)
 def _prepared(names: tuple[str, ...], values: tuple[Any, ...]
               ) -> tuple[AttentionConfig, Callable[[], Any]]:
     config = unsupported_as_skip(lambda: config_of(list(names), values))
-    return config, unsupported_as_skip(lambda: timing.prepare(config, WARMUP))
+    step = unsupported_as_skip(lambda: timing.prepare(config, WARMUP, settle=False))
+    _UNSETTLED.append(step)
+    return config, step
+
+
+def _settle(*params: Any) -> None:
+    """``time_step``'s own setup (asv runs it after the class's, with the cell's
+    parameters): a prepared step's heap settles once per process, before the first sample,
+    as ``timing.prepare(settle=True)`` has it for ``measure``; the memory and kernel
+    processes skip it."""
+    while _UNSETTLED:
+        allocator.warm_until_settled(_UNSETTLED.pop())
 
 
 class AttentionBenchmark(abc.ABC):
@@ -158,8 +181,8 @@ class AttentionBenchmark(abc.ABC):
 
     - ``time_step``: asv's clock around one synchronised step. asv re-runs ``setup``
       before every sample, so setup is a cached lookup (build, compile and warm-up ran
-      once per process in ``timing.prepare``); ``warmup_time`` adds warm calls before the
-      samples, and ``repeat`` asks for enough samples for asv's Mann-Whitney test
+      once per process in ``timing.prepare``, and the heap settled in ``time_step``'s own
+      setup), and ``repeat`` asks for enough samples for asv's Mann-Whitney test
       (``asv continuous``/``compare``) to call a change significant (7 a side at least).
     - ``track_step_bytes``: the memory the step itself needs above what was resident
       (``mhabench.memory``), bytes, lower is better.
@@ -178,8 +201,13 @@ class AttentionBenchmark(abc.ABC):
     # p < 0.002 can call nothing below 7 a side), more where a step is fast. The README's
     # regression gate sets its own rounds and repeat (-a): 8 rounds of 3-8 samples.
     repeat = grid(tiny=(8, 30, 0.6), quick=(8, 30, 0.6), full=(15, 60, 10.0))
-    warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
+    # prepare() warmed the step and time_step's setup settled it: asv's own warm-up calls
+    # would only repeat that (one more step per process on the quick grid).
+    warmup_time = grid(tiny=0.0, quick=0.0, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
+    # Which valid cells a class runs (the rest are skipped before any setup): the newer
+    # backends take only some cells of the GQA and cross classes on the quick grid.
+    keep: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property
@@ -196,20 +224,23 @@ class AttentionBenchmark(abc.ABC):
         super().__init_subclass__(**kwargs)
         if isinstance(cls.__dict__.get("params"), list):
             names, params = cls.__dict__["param_names"], cls.__dict__["params"]
-            cls.skip_params = skip_cells(names, params)
+            cls.skip_params = skip_cells(names, params, cls.keep)
             # A per-class copy, so each class carries its own skip list.
             cls.track_kernel = _track_kernel_method(skip_cells(
                 names, params,
-                lambda c: cls.records_kernel and RECORD_KERNELS and kernels.library_call(c)))
+                lambda c: cls.keep(c) and cls.records_kernel and RECORD_KERNELS
+                and kernels.library_call(c)))
             if "cuda" in DEVICE_PARAMS:  # not even a skipped cell's fork on a CPU grid
                 cls.track_device_seconds = _track_device_method(skip_cells(
-                    names, params, lambda c: c.device == "cuda"))
+                    names, params, lambda c: cls.keep(c) and c.device == "cuda"))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)
 
     def time_step(self, *params: Any) -> None:
         self.step()
+
+    time_step.setup = _settle
 
     def track_step_bytes(self, *params: Any) -> int:
         try:

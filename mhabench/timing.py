@@ -165,9 +165,12 @@ def float32_matmul_precision(framework: str) -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
+def prepare(config: AttentionConfig, warmup: int = 2, settle: bool = True
+            ) -> Callable[[], Any]:
     """A warmed-up, compiled, synchronising step for ``config`` (cached per process):
-    ``warmup`` calls, then more until the heap has stopped growing (page faults)."""
+    ``warmup`` calls, then (``settle``) more until the heap has stopped growing (page
+    faults). Only timing needs the settled heap: asv's memory and kernel processes skip it
+    and the time benchmark settles in its own setup (``benchmarks.common``)."""
     check_runnable(config)
     if config.framework == "torch":
         from mhabench.torch_steps import make_step
@@ -177,7 +180,8 @@ def prepare(config: AttentionConfig, warmup: int = 2) -> Callable[[], Any]:
         step = make_step(config)
     for _ in range(warmup):
         step()
-    warm_until_settled(step)
+    if settle:
+        warm_until_settled(step)
     return step
 
 

@@ -39,12 +39,14 @@ CELL_COUNT, SLOWED_CELLS = 6, 2  # torch and jax x loop, batched, fused; the fus
 # The slowed commits: every fused step spins for a fraction of its own duration.
 PREPARED = """    for _ in range(warmup):
         step()
-    warm_until_settled(step)
+    if settle:
+        warm_until_settled(step)
     return step
 """
 SLOWED = """    for _ in range(warmup):
         step()
-    warm_until_settled(step)
+    if settle:
+        warm_until_settled(step)
     if config.backend != "fused":
         return step
 
