@@ -63,6 +63,13 @@ def masked_softmax(scores: jax.Array, keep: jax.Array | None) -> jax.Array:
     return jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(scores.dtype)
 
 
+def placeholder_init(key: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A kernel's stand-in until the shared weights replace it (``load_weights``). nnx's
+    random initializers run a dozen eager JAX ops per kernel, each lowered anew in every
+    process: 0.2-0.9 s of each asv process, for values that are overwritten at once."""
+    return np.zeros(shape, dtype)
+
+
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention; returns the output only (the chapter's NNX version also
     returns the weights, which fused kernels never form). ``self_attention`` picks the
@@ -73,7 +80,8 @@ class MultiHeadAttention(nnx.Module):
                  dtype: Any = jnp.float32, rngs: nnx.Rngs | None = None,
                  self_attention: bool = True,
                  core: tuple[Callable[..., Any], bool] | None = None,
-                 kernel: str | None = None) -> None:
+                 kernel: str | None = None,
+                 kernel_init: nnx.Initializer | None = None) -> None:
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
@@ -97,9 +105,11 @@ class MultiHeadAttention(nnx.Module):
         self.p = p = d // heads
         kv_width = kv_heads * p
 
+        init = {} if kernel_init is None else {"kernel_init": kernel_init}
+
         def lin(din: int, dout: int) -> nnx.Linear:
             return nnx.Linear(din, dout, use_bias=False, dtype=dtype, param_dtype=dtype,
-                              rngs=rngs)
+                              rngs=rngs, **init)
 
         # Where each shared weight lives: (kernel path, torch-weight slice, axis) parts; a
         # kernel is the concatenation (along its output axis) of its parts, transposed.
@@ -142,8 +152,8 @@ class MultiHeadAttention(nnx.Module):
         for path, parts in self._parts:
             kernel = self._kernel(path)
             blocks = [weights[n][s] if axis == 0 else weights[n][:, s] for n, s, axis in parts]
-            kernel[...] = jnp.asarray(np.concatenate([b.T for b in blocks], axis=1),
-                                      dtype=kernel[...].dtype)
+            kernel.set_value(jnp.asarray(np.concatenate([b.T for b in blocks], axis=1),
+                                         dtype=kernel[...].dtype))
 
     def weights(self) -> dict[str, np.ndarray]:
         """The weights in the shared torch layout (float32 numpy): from a model, or from a
@@ -325,13 +335,14 @@ class ReferenceAttention(nnx.Module):
         self.mha = nnx.MultiHeadAttention(
             num_heads=h, in_features=d, qkv_features=d, out_features=d, use_bias=False,
             dropout_rate=dropout, decode=False, dtype=dtype, param_dtype=dtype,
-            rngs=nnx.Rngs(0, dropout=1))
-        w = {name: jnp.asarray(value, dtype) for name, value in source.weights().items()}
+            kernel_init=placeholder_init, rngs=nnx.Rngs(0, dropout=1))
+        w = source.weights()
         # (out, in) -> DenseGeneral kernels (in, h, p) and, for the output, (h, p, out)
-        self.mha.query.kernel[...] = w["W_q"].T.reshape(d, h, p)
-        self.mha.key.kernel[...] = w["W_k"].T.reshape(d, h, p)
-        self.mha.value.kernel[...] = w["W_v"].T.reshape(d, h, p)
-        self.mha.out.kernel[...] = w["W_o"].T.reshape(h, p, d)
+        for layer, kernel in ((self.mha.query, w["W_q"].T.reshape(d, h, p)),
+                              (self.mha.key, w["W_k"].T.reshape(d, h, p)),
+                              (self.mha.value, w["W_v"].T.reshape(d, h, p)),
+                              (self.mha.out, w["W_o"].T.reshape(h, p, d))):
+            layer.kernel.set_value(jnp.asarray(kernel, dtype))
 
     def __call__(self, queries, keys, values, valid_lens=None):
         keep = None if valid_lens is None else keep_mask(queries.shape[1], keys.shape[1],

@@ -17,7 +17,7 @@ from flax import nnx
 from mhabench import backends
 from mhabench.config import AttentionConfig
 from mhabench.inputs import init_weights, make_inputs, make_upstream
-from mhabench.jax_attention import MultiHeadAttention, ReferenceAttention
+from mhabench.jax_attention import MultiHeadAttention, ReferenceAttention, placeholder_init
 from mhabench.jax_decode import compile_traced, make_decode_step
 
 JAX_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -36,7 +36,7 @@ def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout:
     model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
                                config.dropout if dropout is None else dropout,
                                dtype=JAX_DTYPES[config.dtype], self_attention=not config.cross,
-                               core=core, kernel=kernel)
+                               core=core, kernel=kernel, kernel_init=placeholder_init)
     model.load_weights(weights)
     return model
 

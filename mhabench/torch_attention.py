@@ -47,7 +47,12 @@ def region(name: str) -> contextlib.AbstractContextManager:
 
     ``record_function`` dispatches an enter and an exit op on every call even when no
     profiler runs: the loop backend would pay 5 pairs per head inside every timed step.
+    Inside ``torch.compile`` (the ``compiled`` backend) no label is traced, and the
+    profiler flag is not read: dynamo would guard on it, so a profiler switched on later
+    would be a recompile (an error there); compiled code shows as its own kernels.
     """
+    if torch.compiler.is_compiling():
+        return _NO_REGION
     if autograd_profiler._is_profiler_enabled:  # set by torch.profiler / autograd.profiler
         return autograd_profiler.record_function(name)
     return _NO_REGION

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,10 +27,18 @@ def has_cuda() -> bool:
 requires_cuda = pytest.mark.skipif(not has_cuda(), reason="no CUDA GPU on this machine")
 
 
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
 @pytest.fixture
 def asv_home(tmp_path: Path) -> dict[str, str]:
     """A private HOME with an asv machine "pytest-machine", so ~/.asv-machine.json is
     left alone; returns the environment variables to run asv with."""
+    return _machine_home(tmp_path)
+
+
+def _machine_home(tmp_path: Path) -> dict[str, str]:
     env = {"HOME": str(tmp_path / "home"), "MHABENCH_THREADS": "1"}
     (tmp_path / "home").mkdir()
     done = subprocess.run([sys.executable, "-m", "asv", "machine", "--machine",
@@ -36,3 +46,39 @@ def asv_home(tmp_path: Path) -> dict[str, str]:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return env
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """What one asv run of the whole suite on the tiny grid left: its exit status and log,
+    and its results folder (machine ``pytest-machine``)."""
+
+    returncode: int
+    log: str
+    results: Path
+
+
+@pytest.fixture(scope="session")
+def tiny_asv_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """``asv run --quick`` (one sample a cell) of every benchmark on the tiny grid, run
+    once for the tests that read it (the smoke in test_asv_suite.py, the plug-in's cells
+    in test_plugins.py). The README's example backend is loaded the way the README says
+    (``ASV_PYTHONPATH``, ``MHABENCH_BACKENDS``), so its cells run beside the suite's own.
+    The suite's asv.conf.json with its results kept in a temporary folder."""
+    from asv.util import load_json
+
+    tmp = tmp_path_factory.mktemp("tiny-asv")
+    env = {**os.environ, **_machine_home(tmp), "MHABENCH_GRID": "tiny",
+           "MHABENCH_BACKENDS": "plain_attention", "ASV_PYTHONPATH": str(EXAMPLES)}
+    conf = load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf.update(repo=str(ROOT), branches=["HEAD"], benchmark_dir=str(ROOT / "benchmarks"),
+                results_dir=str(tmp / "results"), html_dir=str(tmp / "html"),
+                env_dir=str(tmp / "env"))
+    (tmp / "asv.conf.json").write_text(json.dumps(conf))
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], text=True,
+                            capture_output=True, check=True).stdout.strip()
+    done = subprocess.run([sys.executable, "-m", "asv", "run", "--quick", "--python=same",
+                           "--machine", "pytest-machine", "--set-commit-hash", commit,
+                           "--show-stderr"], cwd=tmp, env=env, text=True,
+                          capture_output=True, timeout=1200)
+    return TinyRun(done.returncode, done.stdout + done.stderr, tmp / "results")

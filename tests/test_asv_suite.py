@@ -142,6 +142,35 @@ def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
     assert out["threads"] == [2]  # MHABENCH_THREADS is recorded as a parameter
 
 
+def test_the_quick_grid_runs_the_newer_backends_in_the_sweep_a_gqa_and_a_cross_cell() -> None:
+    """torch.compile, FlexAttention and JAX blockwise: the chapter's shape at h = 1, 8, 64,
+    a grouped-query cell and a cross-attention cell, among the cells asv does not skip."""
+    code = CELLS + """
+    import itertools
+    from benchmarks.common import NEW_BACKENDS, config_of
+    seen = {}
+    for cls in classes:
+        skip = set(cls.skip_params)
+        for cell in itertools.product(*cls.params):
+            c = None if cell in skip else config_of(cls.param_names, cell)
+            if c is None or c.backend not in NEW_BACKENDS or c.device != "cpu":
+                continue
+            kinds = seen.setdefault(c.backend, set())
+            if 1 < c.kv_heads < c.heads:
+                kinds.add("gqa")
+            if c.cross:
+                kinds.add("cross")
+            if (c.batch, c.n, c.d, c.cross, c.mode) == (8, 512, 256, False, "forward"):
+                kinds.add(f"h={c.heads}")
+    print(json.dumps({b: sorted(k) for b, k in seen.items()}))
+    """
+    done = run_python(code, {"MHABENCH_GRID": "quick"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    for name in ("compiled", "flex", "blockwise"):
+        assert {"h=1", "h=8", "h=64", "gqa", "cross"} <= set(out.get(name, [])), (name, out)
+
+
 def test_a_cell_that_outgrows_memory_fails_as_that_cell() -> None:
     """The budget lets a 2 GiB map through (budget 100 GiB); the address-space cap the
     suite sets at import (1 GiB here) makes that one step fail with an error the process
@@ -186,13 +215,10 @@ def test_asv_check_passes_on_the_real_config(asv_home: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
-def test_every_benchmark_module_runs_on_the_tiny_grid(asv_home: dict[str, str]) -> None:
-    """A dry smoke (-n: nothing saved) of every benchmark once on the tiny grid."""
-    done = run(ASV + ["run", "--quick", "-n", "--python=same", "--show-stderr",
-                      "--machine", "pytest-machine"],
-               env={**asv_home, "MHABENCH_GRID": "tiny"}, timeout=900)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-5000:]
+def test_every_benchmark_module_runs_on_the_tiny_grid(tiny_asv_run) -> None:
+    """A smoke of every benchmark once on the tiny grid (conftest's ``tiny_asv_run``)."""
+    log = tiny_asv_run.log
+    assert tiny_asv_run.returncode == 0, log[-5000:]
     assert " failed" not in log, log[-5000:]
     for module in ("bench_calibration", "bench_compile", "bench_cross", "bench_decode",
                    "bench_gqa", "bench_heads", "bench_kernels", "bench_scaling", "bench_train"):

@@ -59,6 +59,20 @@ def test_a_prepared_step_compiles_once_and_runs_under_the_stance(mode):
     assert unique_graphs() == graphs
 
 
+def test_a_prepared_step_runs_under_the_profiler_without_recompiling(tmp_path):
+    """The profiler's flag is no guard of the compiled graph (the labels of the eager
+    layers are left out of it), so ``mhabench profile`` traces a compiled step."""
+    from mhabench.profiling import profile_config
+
+    config = tiny()
+    step = prepare(config)
+    graphs = unique_graphs()
+    run = profile_config(config, tmp_path, steps=2)
+    assert unique_graphs() == graphs
+    assert any(run.rglob("*.pt.trace.json*"))
+    step()
+
+
 def test_a_decode_loop_that_advances_the_cache_raises():
     """The compiled decode step specialises on the cache position: the timed step rewinds
     it (one graph); a generation loop that moved it on would recompile per token."""

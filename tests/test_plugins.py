@@ -4,6 +4,7 @@ and in the report; an entry point finds it too; a wrong attention fails the chec
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -83,25 +84,13 @@ def test_a_missing_plugin_module_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_plugin_runs_in_asv_and_reaches_the_report(tmp_path: Path,
-                                                     asv_home: dict[str, str]) -> None:
-    """A tiny asv run of the suite's Exercise 6.4 class with the example loaded the way the
-    README says (ASV_PYTHONPATH, MHABENCH_BACKENDS); its cells are timed, then reported."""
-    commit = run(["git", "rev-parse", "HEAD"], {}).stdout.strip()
-    conf = {"version": 1, "project": "mhabench", "project_url": "https://example.invalid/",
-            "repo": str(ROOT), "dvcs": "git", "branches": ["HEAD"],
-            "environment_type": "existing", "benchmark_dir": str(ROOT / "benchmarks"),
-            "results_dir": str(tmp_path / "results"), "html_dir": str(tmp_path / "html"),
-            "env_dir": str(tmp_path / "env")}
-    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
-    env = {**asv_home, "MHABENCH_GRID": "tiny", "MHABENCH_BACKENDS": "plain_attention",
-           "ASV_PYTHONPATH": str(EXAMPLES)}
-    done = run([sys.executable, "-m", "asv", "run", "--python=same", "--quick",
-                "--machine", "pytest-machine", "--set-commit-hash", commit, "--show-stderr",
-                "-b", r"HeadsAtFixedWidth\.time_step\('(torch|jax)', '(plain|fused)'"], env,
-               cwd=tmp_path, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    [result] = [p for p in (tmp_path / "results" / "pytest-machine").glob("*.json")
+def test_a_plugin_runs_in_asv_and_reaches_the_report(tmp_path: Path, tiny_asv_run) -> None:
+    """The tiny asv run of the whole suite (conftest's ``tiny_asv_run``) loaded the example
+    the way the README says (ASV_PYTHONPATH, MHABENCH_BACKENDS): its Exercise 6.4 cells
+    are timed in both frameworks, then reported."""
+    assert tiny_asv_run.returncode == 0, tiny_asv_run.log[-4000:]
+    results = tiny_asv_run.results
+    [result] = [p for p in (results / "pytest-machine").glob("*.json")
                 if p.name != "machine.json"]
     stored = json.loads(result.read_text())["results"]
     [key] = [k for k in stored if k.endswith("HeadsAtFixedWidth.time_step")]
@@ -109,19 +98,19 @@ def test_a_plugin_runs_in_asv_and_reaches_the_report(tmp_path: Path,
     backends = params[1]
     assert "'plain'" in backends
     cells = [dict(zip(("framework", "backend"), cell[:2], strict=True))
-             for cell in __import__("itertools").product(*params)]
+             for cell in itertools.product(*params)]
     timed = [c for c, v in zip(cells, values, strict=True)
              if c["backend"] == "'plain'" and v is not None]
     assert len(timed) == 2 * 3  # both frameworks, h = 1, 4, 16
     report = tmp_path / "report.html"
-    made = mhabench("report", "--results", str(tmp_path / "results"), "--out", str(report),
+    made = mhabench("report", "--results", str(results), "--out", str(report),
                     env=PLUGIN)
     assert made.returncode == 0, made.stderr
     html = report.read_text()
     assert "torch/plain" in html and "jax/plain" in html
     # Without the plug-in loaded, its cells are left out with the reason, the rest reported.
     bare = tmp_path / "bare.html"
-    made = mhabench("report", "--results", str(tmp_path / "results"), "--out", str(bare),
+    made = mhabench("report", "--results", str(results), "--out", str(bare),
                     env={"MHABENCH_BACKENDS": ""})
     assert made.returncode == 0, made.stderr
     assert "backend=&#x27;plain&#x27; is not allowed" in bare.read_text()
