@@ -182,8 +182,9 @@ class AttentionBenchmark(abc.ABC):
     - ``time_step``: asv's clock around one synchronised step. asv re-runs ``setup``
       before every sample, so setup is a cached lookup (build, compile and warm-up ran
       once per process in ``timing.prepare``, and the heap settled in ``time_step``'s own
-      setup), and ``repeat`` asks for enough samples for asv's Mann-Whitney test
-      (``asv continuous``/``compare``) to call a change significant (7 a side at least).
+      setup); ``warmup_time`` adds warm calls before the samples, and ``repeat`` asks for
+      enough samples for asv's Mann-Whitney test (``asv continuous``/``compare``) to call
+      a change significant (7 a side at least).
     - ``track_step_bytes``: the memory the step itself needs above what was resident
       (``mhabench.memory``), bytes, lower is better.
     - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
@@ -201,9 +202,10 @@ class AttentionBenchmark(abc.ABC):
     # p < 0.002 can call nothing below 7 a side), more where a step is fast. The README's
     # regression gate sets its own rounds and repeat (-a): 8 rounds of 3-8 samples.
     repeat = grid(tiny=(8, 30, 0.3), quick=(8, 30, 0.3), full=(15, 60, 10.0))
-    # prepare() warmed the step and time_step's setup settled it: asv's own warm-up calls
-    # would only repeat that (one more step per process on the quick grid).
-    warmup_time = grid(tiny=0.0, quick=0.0, full=1.0)
+    # asv's own warm-up calls, after prepare's and the settle: without them the first
+    # sample or two of a process still ran up to 2x slow in asv's timer (torch batched GQA
+    # cell, 36 processes), though the same calls made directly after the settle did not.
+    warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
     # Which valid cells a class runs (the rest are skipped before any setup): the newer
     # backends take only some cells of the GQA and cross classes on the quick grid.

@@ -1,16 +1,14 @@
 """The regression gate, end to end, on a real module of the suite with its shipped settings:
-in a scratch clone, the README's command (`asv continuous` with interleaved rounds) calls
-every cell of a backend made 1.5x or 1.25x slower a regression, and no other cell, and
-calls no regression between two identical commits. Cells flagged as faster (none got
-faster) are printed and counted by the repeat script, not failed on: on this 2-core VM
-2 case-runs in 11 flagged one unchanged cell at 0.87-0.89x (see the README).
+in a scratch clone, the README's command (``mhabench gate``: asv continuous as a screen,
+fresh rounds to confirm each flagged cell) flags no cell between two identical commits,
+and flags both cells of a backend made 1.5x slower and no other cell.
 
 asv builds a virtualenv and installs each commit into it, as it does for users; to keep
 CI fast the virtualenv gets no packages of its own but a .pth file pointing at the
 running interpreter's site-packages (torch, jax), so only mhabench changes per commit.
 The helpers also serve `python tests/test_asv_regression.py N`, which repeats the three
-cases N times and counts false flags and misses (the figures quoted in the notes).
-"""
+cases (identical, 1.5x, 1.25x) N times and counts false flags and misses (the figures
+quoted in the notes)."""
 
 from __future__ import annotations
 
@@ -63,12 +61,12 @@ SLOWED = """    for _ in range(warmup):
 
 
 def gate_command() -> list[str]:
-    """The README's "did this commit regress?" command, without its two commits."""
+    """The README's "did this commit regress?" command (``mhabench gate ...``), without
+    its two commits."""
     text = (ROOT / "README.md").read_text()
-    line = re.search(r"^(asv continuous --interleave-rounds [^\n#]*?)\s+main HEAD", text,
-                     re.MULTILINE)
+    line = re.search(r"^(mhabench gate\b[^\n#]*?)\s+main HEAD", text, re.MULTILINE)
     assert line, "README lost its regression gate command"
-    return shlex.split(line.group(1))[1:]
+    return shlex.split(line.group(1))[2:]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -92,25 +90,41 @@ class Scratch:
     same: str
     slowed: dict[float, str]  # extra fraction of a step's time -> commit
 
-    command: list[str] | None = None  # the gate's asv arguments; default the README's
-
-    def continuous(self, a: str, b: str) -> tuple[int, str]:
-        """The README's gate between commits a and b on CELLS."""
-        done = subprocess.run([*ASV, *(self.command or gate_command()), "--machine",
-                               "pytest-machine",
-                               "--show-stderr", "-b", CELLS, a, b], cwd=self.repo,
-                              env=self.env, capture_output=True, text=True, timeout=1800)
-        return done.returncode, done.stdout + done.stderr
-
-
-    def ratios(self, a: str, b: str) -> dict[str, float]:
-        """after/before of every compared cell, from asv compare (all rows, not only the
-        flagged ones): the noise the gate sees."""
-        done = subprocess.run([*ASV, "compare", "--machine", "pytest-machine", a, b],
+    def gate(self, a: str, b: str) -> GateRun:
+        """The README's gate between commits a and b on CELLS, run in the scratch clone as
+        a user runs it (its own copy of mhabench, ``python -m mhabench.cli``)."""
+        done = subprocess.run([sys.executable, "-m", "mhabench.cli", "gate", *gate_command(),
+                               "--machine", "pytest-machine", "-b", CELLS, a, b],
                               cwd=self.repo, env=self.env, capture_output=True, text=True,
-                              timeout=300)
+                              timeout=3600)
+        return GateRun(done.returncode, done.stdout, done.stderr)
+
+    def ratios(self, run: GateRun, a: str, b: str) -> dict[str, float]:
+        """after/before of every cell the screen compared (asv compare on the screen's own
+        results, all rows): the noise the gate sees."""
+        done = subprocess.run([*ASV, "compare", "--config", str(run.folder / "screen" /
+                                                                 "asv.conf.json"),
+                               "--machine", "pytest-machine", a, b], cwd=self.repo,
+                              env=self.env, capture_output=True, text=True, timeout=300)
         return {cell: ratio for _, cell, ratio in table_rows(done.stdout)
                 if "time_step(" in cell and ratio is not None}
+
+
+@dataclass
+class GateRun:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def folder(self) -> Path:
+        return Path(re.search(r"results in (\S+)", self.out).group(1))
+
+    def lines(self, word: str) -> list[str]:
+        """The cells of the verdict's lines that start with ``word`` (SLOWER, faster,
+        cleared)."""
+        return [line.split(maxsplit=2)[-1] for line in self.out.splitlines()
+                if line.startswith(word)]
 
 
 def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
@@ -160,42 +174,38 @@ def table_rows(text: str) -> list[tuple[str, str, float | None]]:
     return out
 
 
-def changes(log: str) -> list[tuple[str, str, float]]:
-    """(mark, cell, ratio) of each row asv's table marks as changed: "+" slower, "-"
-    faster."""
-    return [row for row in table_rows(log) if row[0] in ("+", "-")]
-
-
-def judge(code: int, log: str, slowed: bool) -> tuple[int, int, int]:
-    """(false regressions, misses, improvements) of one gate run. The verdict is the
-    regressions: any "+" on identical code, or on a cell that was not slowed, is false, and
-    every slowed cell must be "+". Improvements ("-") cannot be right here either (no cell
-    got faster), but they do not change the gate's answer; they are counted apart."""
-    marked = changes(log)
-    assert "bench_gqa.MhaGqaMqa.time_step" in log, log[-3000:]
-    plus = [c for mark, c, _ in marked if mark == "+"]
-    hits = [c for c in plus if slowed and f"'{SLOWED_BACKEND}'" in c]
+def judge(run: GateRun, slowed: bool) -> tuple[int, int, int]:
+    """(false regressions, misses, false improvements) of one gate run: a confirmed
+    "SLOWER" on identical code or on a cell that was not slowed is false, every slowed cell
+    must be confirmed slower, and no cell got faster."""
+    assert run.code in (0, 1) and "mhabench gate:" in run.out, (run.out + run.err)[-3000:]
+    slower = run.lines("SLOWER")
+    hits = [c for c in slower if slowed and f"'{SLOWED_BACKEND}'" in c]
     misses = (SLOWED_CELLS - len(hits)) if slowed else 0
-    assert (code == 1) == bool(plus), log[-3000:]  # exit status 1 = a regression
-    return len(plus) - len(hits), misses, len(marked) - len(plus)
+    assert (run.code == 1) == bool(slower), run.out  # exit status 1 = a regression
+    return len(slower) - len(hits), misses, len(run.lines("faster"))
 
 
 @pytest.mark.slow
 def test_gate_flags_exactly_the_slowed_backend(tmp_path: Path, asv_home) -> None:
+    """Identical commits: no cell flagged. The fused backend 1.5x slower: both of its
+    cells and no other. (1.25x, which this VM's noise puts at the edge of what 8 rounds
+    resolve, is measured by ``python tests/test_asv_regression.py N``; its miss rate is in
+    the notes.)"""
     scratch = make_scratch(tmp_path, asv_home)
-    code, log = scratch.continuous(scratch.base, scratch.same)
-    print("identical:", changes(log))
-    assert judge(code, log, slowed=False)[:2] == (0, 0), log[-3000:]
-    for extra, commit in scratch.slowed.items():
-        code, log = scratch.continuous(scratch.same, commit)
-        print(f"{1 + extra}x:", changes(log))  # improvements flagged are printed here
-        assert judge(code, log, slowed=True)[:2] == (0, 0), changes(log)
+    run = scratch.gate(scratch.base, scratch.same)
+    print("identical:", run.out)
+    assert judge(run, slowed=False) == (0, 0, 0), run.out + run.err[-3000:]
+    run = scratch.gate(scratch.same, scratch.slowed[0.5])
+    print("1.5x:", run.out)
+    assert judge(run, slowed=True) == (0, 0, 0), run.out + run.err[-3000:]
+    assert run.folder.is_relative_to(scratch.repo / ".asv" / "gate")
+    assert not (tmp_path / "results").exists()  # the configured results_dir: untouched
 
 
 def main(repeats: int) -> None:
-    """Repeat the three cases and count false regressions, misses and improvements flagged
-    per case (GATE_ARGS, e.g. "continuous --interleave-rounds -a rounds=4", tries other gate
-    settings; quoted as in a shell)."""
+    """Repeat the three cases and count false regressions, misses and false improvements
+    per case, with the screen's ratio of every cell."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,21 +215,21 @@ def main(repeats: int) -> None:
         subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"],
                        env={**os.environ, **env}, check=True, capture_output=True)
         scratch = make_scratch(Path(tmp), env)
-        if os.environ.get("GATE_ARGS"):  # try other settings than the README's
-            scratch.command = shlex.split(os.environ["GATE_ARGS"])
         cases = {"identical": (scratch.base, scratch.same, False),
                  **{f"{1 + e}x": (scratch.same, c, True) for e, c in scratch.slowed.items()}}
         for case, (a, b, slowed) in cases.items():
-            for run in range(repeats):
-                code, log = scratch.continuous(a, b)
-                false, misses, improved = judge(code, log, slowed)
+            for repeat in range(repeats):
+                run = scratch.gate(a, b)
+                false, misses, improved = judge(run, slowed)
                 ratios = {re.sub(r", 2, 512, 256, 16, 4, 'cpu', 'float32', 1\)", ")",
                                  k.split("time_step")[1]): v
-                          for k, v in scratch.ratios(a, b).items()}
-                print(json.dumps({"case": case, "run": run, "false_regressions": false,
-                                  "misses": misses, "improvements_flagged": improved,
-                                  "changes": len(changes(log)),
-                                  "ratios": ratios}), flush=True)
+                          for k, v in scratch.ratios(run, a, b).items()}
+                print(json.dumps({"case": case, "run": repeat, "false_regressions": false,
+                                  "misses": misses, "false_improvements": improved,
+                                  "screened": len(run.lines("cleared")) + len(
+                                      run.lines("SLOWER")) + len(run.lines("faster")),
+                                  "cleared": run.lines("cleared"), "ratios": ratios}),
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""Did this commit regress? ``asv continuous`` run as a screen, then a confirmation.
+
+1. **Screen**: ``asv continuous`` between the two commits in 8 interleaved rounds (a fresh
+   process per cell and round, 3-8 samples each) over the chosen benchmarks.
+2. **Confirm**: every cell the screen flagged, slower or faster, runs again from scratch in
+   16 interleaved rounds of 3-6 samples (``asv continuous -b`` that cell). Only a cell that
+   asv flags again is a change.
+
+Why two stages: on a shared VM a cell's per-process medians spread by 1.26-1.57x across
+fresh processes (``scripts/gate_design.py``), and asv's Mann-Whitney test pools a side's
+samples as if they were independent. Eight rounds a side then flag some unchanged cell of
+six in about one run of six; more samples per round do not help, more rounds do. Sixteen
+fresh rounds for every cell would double the gate's time; for the few flagged cells they
+cost little.
+
+Both stages use asv's own commands, statistics and ``--factor``; the verdict is asv's table
+from the confirmation. Each gate run stores its results in a new folder of its own
+(``.asv/gate/<UTC time>/screen`` and ``confirm``), never in ``.asv/results``: ``asv
+continuous`` would replace the samples stored there for both commits (the main job's
+among them), and results are only ever added to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+FACTOR = 1.12
+SCREEN = ("--interleave-rounds", "-a", "rounds=8", "-a", "repeat=(3,8,0.4)")
+CONFIRM = ("--interleave-rounds", "-a", "rounds=16", "-a", "repeat=(3,6,0.3)")
+GATE_DIR = Path(".asv") / "gate"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row of asv's comparison table that asv marks as changed."""
+
+    mark: str  # "+": slower (a regression), "-": faster
+    cell: str  # benchmark name with its parameters, as asv prints it
+    ratio: float | None  # after / before
+
+
+@dataclass
+class Verdict:
+    screened: list[Change]  # flagged by the screen
+    confirmed: list[Change] = field(default_factory=list)  # flagged again, fresh
+    folder: Path | None = None
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.confirmed if c.mark == "+"]
+
+
+def changed_rows(text: str) -> list[Change]:
+    """The rows of ``asv continuous``/``compare`` output marked "+" or "-" (the columns
+    are | Change | Before | After | Ratio | Benchmark (Parameter) |)."""
+    out = []
+    for line in text.splitlines():
+        cols = [c.strip() for c in line.split("|")]
+        if not line.startswith("|") or len(cols) < 7 or cols[1] not in ("+", "-"):
+            continue
+        try:
+            ratio: float | None = float(cols[4])
+        except ValueError:
+            ratio = None
+        out.append(Change(cols[1], cols[5], ratio))
+    return out
+
+
+def cell_pattern(cell: str) -> str:
+    """An ``asv -b`` regex that selects exactly ``cell`` ("name(params)")."""
+    return "^" + re.escape(cell) + "$"
+
+
+def _config(root: Path, folder: Path, stage: str) -> Path:
+    """The project's asv.conf.json with results and HTML in ``folder/stage``."""
+    from asv.util import load_json
+
+    conf = load_json(str(root / "asv.conf.json"), js_comments=True)
+    out = folder / stage
+    out.mkdir(parents=True)
+    conf.update(results_dir=str(out / "results"), html_dir=str(out / "html"))
+    path = out / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=1) + "\n")
+    return path
+
+
+def _continuous(config: Path, options: Sequence[str], benches: Sequence[str], base: str,
+                head: str, extra: Sequence[str], root: Path,
+                echo: Callable[[str], None]) -> str:
+    cmd = [sys.executable, "-m", "asv", "continuous", "--config", str(config), *options,
+           "--factor", str(FACTOR), *extra]
+    for bench in benches:
+        cmd += ["-b", bench]
+    cmd += [base, head]
+    echo("$ " + " ".join(cmd))
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    echo(done.stdout + done.stderr)
+    if done.returncode not in (0, 1):  # 1: asv found a regression
+        raise RuntimeError(f"asv continuous exited with {done.returncode}: "
+                           f"{(done.stdout + done.stderr)[-1500:]}")
+    return done.stdout + done.stderr
+
+
+def gate(base: str, head: str, benches: Sequence[str] = (), *,
+         asv_args: Sequence[str] = (), root: Path = Path("."),
+         echo: Callable[[str], None] = print) -> Verdict:
+    """Screen ``base`` against ``head`` on ``benches`` (asv -b regexes; all when empty),
+    then confirm each flagged cell with fresh rounds. ``asv_args`` go to both ``asv
+    continuous`` calls (e.g. ``--machine``). Raises ValueError if ``root`` has no
+    asv.conf.json."""
+    root = Path(root)
+    if not (root / "asv.conf.json").is_file():
+        raise ValueError(f"{str(root)!r} has no asv.conf.json: run the gate from the "
+                         "project's root")
+    folder = root / GATE_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    screen = _continuous(_config(root, folder, "screen"), SCREEN, benches, base, head,
+                         asv_args, root, echo)
+    verdict = Verdict(changed_rows(screen), folder=folder)
+    if not verdict.screened:
+        return verdict
+    confirm = _continuous(_config(root, folder, "confirm"), CONFIRM,
+                          [cell_pattern(c.cell) for c in verdict.screened], base, head,
+                          asv_args, root, echo)
+    rows = changed_rows(confirm)
+    if not rows and "no benchmarks" in confirm.lower():
+        raise RuntimeError("the confirmation selected no benchmark: asv's table names "
+                           f"cells differently from -b ({verdict.screened[0].cell!r})")
+    verdict.confirmed = rows
+    return verdict

@@ -1,0 +1,63 @@
+"""The gate's own logic, without asv runs (the end-to-end runs: test_asv_regression.py):
+it reads asv's table, selects a flagged cell and only it, keeps its results in a new
+folder of its own, and names a bad place to run from."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mhabench.gate import GATE_DIR, _config, cell_pattern, changed_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# asv continuous's table, as asv 0.6 prints it (two changed rows, one unchanged, one n/a).
+CELL = "bench_gqa.MhaGqaMqa.time_step('{fw}', '{be}', 2, 512, 256, 16, 4, 'cpu', 'float32', 1)"
+HEADER = "| Change | Before [8df16dc4] | After [563a65be] | Ratio | Benchmark (Parameter) |"
+TABLE = "\n".join([
+    HEADER, "|--------|------|------|-------|------|",
+    "| +      | 12.1±0.3ms | 15.4±0.4ms | 1.27 | " + CELL.format(fw="torch", be="fused") + " |",
+    "| -      | 40.2±2ms   | 35.0±1ms   | 0.87 | " + CELL.format(fw="jax", be="loop") + " |",
+    "|        | 20.0±0.5ms | 20.3±0.4ms | 1.01 | " + CELL.format(fw="torch", be="loop") + " |",
+    "| +      | failed     | 1.0ms      |  n/a | bench_x.X.time_y |"])
+
+
+def test_changed_rows_are_the_marked_ones_with_their_ratio() -> None:
+    rows = changed_rows(TABLE)
+    assert [(r.mark, r.ratio) for r in rows] == [("+", 1.27), ("-", 0.87), ("+", None)]
+    assert rows[0].cell.startswith("bench_gqa.MhaGqaMqa.time_step('torch', 'fused'")
+    assert changed_rows("no table here\n| a | b |") == []
+
+
+def test_a_cell_pattern_selects_that_cell_only() -> None:
+    cell = changed_rows(TABLE)[0].cell
+    pattern = re.compile(cell_pattern(cell))
+    assert pattern.search(cell)
+    assert not pattern.search(cell.replace("'fused'", "'batched'"))
+    assert not pattern.search(cell.replace(", 1)", ", 2)"))
+
+
+def test_each_stage_gets_a_new_results_folder_and_nothing_is_reused(tmp_path: Path) -> None:
+    (tmp_path / "asv.conf.json").write_text(
+        '// comments, as asv allows\n{"version": 1, "repo": ".", '
+        '"results_dir": ".asv/results", "html_dir": ".asv/html"}\n')
+    folder = tmp_path / GATE_DIR / "stamp"
+    conf = json.loads(_config(tmp_path, folder, "screen").read_text())
+    assert conf["results_dir"] == str(folder / "screen" / "results")
+    assert conf["repo"] == "."  # the rest as the project has it
+    with pytest.raises(FileExistsError):
+        _config(tmp_path, folder, "screen")
+
+
+def test_the_cli_names_a_folder_without_asv_conf(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "mhabench.cli", "gate", "main", "HEAD"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "mhabench gate: error: '.' has no asv.conf.json: run the gate from the project's root"]
