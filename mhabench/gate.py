@@ -35,6 +35,9 @@ FACTOR = 1.12
 SCREEN = ("--interleave-rounds", "-a", "rounds=8", "-a", "repeat=(3,8,0.4)")
 CONFIRM = ("--interleave-rounds", "-a", "rounds=16", "-a", "repeat=(3,6,0.3)")
 GATE_DIR = Path(".asv") / "gate"
+# asv continuous's closing line when it compared the two commits.
+VERDICT_LINES = ("BENCHMARKS NOT SIGNIFICANTLY CHANGED.",
+                 "SOME BENCHMARKS HAVE CHANGED SIGNIFICANTLY.")
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,12 @@ def _config(root: Path, folder: Path, stage: str) -> Path:
     from asv.util import load_json
 
     conf = load_json(str(root / "asv.conf.json"), js_comments=True)
-    out = folder / stage
+    out = (folder / stage).resolve()
     out.mkdir(parents=True)
+    # asv reads a config's paths from the config's own folder: make the project's absolute.
+    for key in ("repo", "benchmark_dir", "env_dir"):
+        if key in conf and not Path(conf[key]).is_absolute():
+            conf[key] = str((root / conf[key]).resolve())
     conf.update(results_dir=str(out / "results"), html_dir=str(out / "html"))
     path = out / "asv.conf.json"
     path.write_text(json.dumps(conf, indent=1) + "\n")
@@ -102,10 +109,12 @@ def _continuous(config: Path, options: Sequence[str], benches: Sequence[str], ba
     echo("$ " + " ".join(cmd))
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     echo(done.stdout + done.stderr)
-    if done.returncode not in (0, 1):  # 1: asv found a regression
-        raise RuntimeError(f"asv continuous exited with {done.returncode}: "
-                           f"{(done.stdout + done.stderr)[-1500:]}")
-    return done.stdout + done.stderr
+    log = done.stdout + done.stderr
+    # Exit status 1 is both "a regression" and a failure: asv's closing line tells them apart.
+    if done.returncode not in (0, 1) or not any(line in log for line in VERDICT_LINES):
+        raise RuntimeError(f"asv continuous failed (exit status {done.returncode}): "
+                           f"{log[-1500:]}")
+    return log
 
 
 def gate(base: str, head: str, benches: Sequence[str] = (), *,

@@ -48,8 +48,9 @@ def test_each_stage_gets_a_new_results_folder_and_nothing_is_reused(tmp_path: Pa
         '"results_dir": ".asv/results", "html_dir": ".asv/html"}\n')
     folder = tmp_path / GATE_DIR / "stamp"
     conf = json.loads(_config(tmp_path, folder, "screen").read_text())
-    assert conf["results_dir"] == str(folder / "screen" / "results")
-    assert conf["repo"] == "."  # the rest as the project has it
+    assert conf["results_dir"] == str((folder / "screen" / "results").resolve())
+    assert conf["repo"] == str(tmp_path.resolve())  # asv reads paths from the config's folder
+    assert conf["version"] == 1  # the rest as the project has it
     with pytest.raises(FileExistsError):
         _config(tmp_path, folder, "screen")
 
