@@ -69,10 +69,11 @@ THREADS = timing.configure_process()
 for _module in ("torch", "jax", "flax.nnx"):
     if framework_installed("torch" if _module == "torch" else "jax"):
         __import__(_module)
-if "torch" in sys.modules:
+if "torch" in sys.modules and os.environ.get("MHABENCH_PREIMPORT", "1") != "0":
     # torch.compile's and FlexAttention's machinery imports lazily on the first compile:
     # 4 s of every compiled cell's process, paid once here instead (importing starts no
-    # compile worker, so forking after it is safe).
+    # compile worker, so forking after it is safe). It costs 3 s per forkserver start, so
+    # mhabench gate, whose rounds each start one for a few cells, sets it to 0.
     for _module in ("torch._dynamo", "torch._inductor.compile_fx",
                     "torch.nn.attention.flex_attention"):
         __import__(_module)

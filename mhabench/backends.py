@@ -59,15 +59,23 @@ class Backend:
     devices: tuple[str, ...] = ("cpu", "cuda")
     summary: str = ""
     origin: str = "mhabench"
+    # Modes on a device where they differ from ``modes`` (a library's kernel may lack a
+    # backward on one device): ((device, modes), ...).
+    device_modes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def modes_on(self, device: str) -> tuple[str, ...]:
+        """The modes this backend runs on ``device``."""
+        return dict(self.device_modes).get(device, self.modes)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"backend name {self.name!r} is not allowed; use 1-32 lower-case "
                              "letters, digits and underscores, starting with a letter")
-        unknown = sorted(set(self.modes) - set(ALL_MODES))
-        if not self.modes or unknown:
-            raise ValueError(f"modes={self.modes!r} is not allowed; choose from "
-                             f"{', '.join(ALL_MODES)}")
+        for modes in (self.modes, *(m for _, m in self.device_modes)):
+            unknown = sorted(set(modes) - set(ALL_MODES))
+            if not modes or unknown:
+                raise ValueError(f"modes={modes!r} is not allowed; choose from "
+                                 f"{', '.join(ALL_MODES)}")
         if not callable(self.build):
             raise ValueError(f"backend {self.name!r}: build={self.build!r} is not callable")
 
@@ -173,10 +181,10 @@ for _fw, _kernels in FORCED_KERNELS.items():
                          summary=f"the fused call forced to its {_kernel} kernel"))
 register(Backend("compiled", "torch", _compiled,
                  summary="torch.compile of the batched layout (recompiles are errors)"))
-# FlexAttention has no backward on CPU (torch 2.13 raises), and a backend's modes are the
-# same on every device: no train mode.
+# FlexAttention has no backward on CPU (torch 2.13 raises for inputs that require grad):
+# train mode on CUDA only.
 register(Backend("flex", "torch", _flex, modes=("forward", "decode", "prefix"), dropout=False,
-                 materialises=False,
+                 materialises=False, device_modes=(("cuda", ALL_MODES),),
                  summary="FlexAttention under torch.compile: block mask from valid_lens, "
                  "enable_gqa (recompiles are errors)"))
 

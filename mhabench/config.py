@@ -129,10 +129,12 @@ class AttentionConfig:
         if self.kv_heads != self.heads and not backend.gqa:
             raise ValueError(f"{what} supports MHA only, but kv_heads={self.kv_heads} != "
                              f"heads={self.heads}; use {_able(fw, lambda b: b.gqa)}")
-        if self.mode not in backend.modes:
-            raise ValueError(f"{what} does not run mode={self.mode!r}; it runs "
-                             f"{', '.join(backend.modes)}. mode={self.mode!r} needs "
-                             f"{_able(fw, lambda b: self.mode in b.modes)}")
+        modes = backend.modes_on(self.device)
+        if self.mode not in modes:
+            raise ValueError(f"{what} does not run mode={self.mode!r} on "
+                             f"device={self.device!r}; it runs {', '.join(modes)} there. "
+                             f"mode={self.mode!r} needs "
+                             f"{_able(fw, lambda b: self.mode in b.modes_on(self.device))}")
         if self.dropout and not backend.dropout:
             raise ValueError(f"dropout={self.dropout:g} is not allowed with framework={fw!r}, "
                              f"{what}: it has no dropout; use "

@@ -3,15 +3,15 @@
 1. **Screen**: ``asv continuous`` between the two commits in 8 interleaved rounds (a fresh
    process per cell and round, 3-8 samples each) over the chosen benchmarks.
 2. **Confirm**: every cell the screen flagged, slower or faster, runs again from scratch in
-   16 interleaved rounds of 3-6 samples (``asv continuous -b`` that cell). Only a cell that
+   12 interleaved rounds of 3-6 samples (``asv continuous -b`` that cell). Only a cell that
    asv flags again is a change.
 
 Why two stages: on a shared VM a cell's per-process medians spread by 1.26-1.57x across
 fresh processes (``scripts/gate_design.py``), and asv's Mann-Whitney test pools a side's
 samples as if they were independent. Eight rounds a side then flag some unchanged cell of
-six in about one run of six; more samples per round do not help, more rounds do. Sixteen
-fresh rounds for every cell would double the gate's time; for the few flagged cells they
-cost little.
+six in about one run of six; more samples per round do not help, more rounds do. Twelve
+fresh rounds for every cell would add half again to the gate's time; for the few flagged
+cells they cost little (each round reinstalls the commit and starts a process: ~8 s).
 
 Both stages use asv's own commands, statistics and ``--factor``; the verdict is asv's table
 from the confirmation. Each gate run stores its results in a new folder of its own
@@ -23,6 +23,7 @@ among them), and results are only ever added to.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 
 FACTOR = 1.12
 SCREEN = ("--interleave-rounds", "-a", "rounds=8", "-a", "repeat=(3,8,0.4)")
-CONFIRM = ("--interleave-rounds", "-a", "rounds=16", "-a", "repeat=(3,6,0.3)")
+CONFIRM = ("--interleave-rounds", "-a", "rounds=12", "-a", "repeat=(3,6,0.3)")
 GATE_DIR = Path(".asv") / "gate"
 # asv continuous's closing line when it compared the two commits.
 VERDICT_LINES = ("BENCHMARKS NOT SIGNIFICANTLY CHANGED.",
@@ -107,7 +108,10 @@ def _continuous(config: Path, options: Sequence[str], benches: Sequence[str], ba
         cmd += ["-b", bench]
     cmd += [base, head]
     echo("$ " + " ".join(cmd))
-    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    # Each round starts asv's forkserver for a few cells: skip the compiler pre-import
+    # (benchmarks/common.py), 3 s a start.
+    env = {**os.environ, "MHABENCH_PREIMPORT": "0"}
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     echo(done.stdout + done.stderr)
     log = done.stdout + done.stderr
     # Exit status 1 is both "a regression" and a failure: asv's closing line tells them apart.
@@ -128,7 +132,7 @@ def gate(base: str, head: str, benches: Sequence[str] = (), *,
     if not (root / "asv.conf.json").is_file():
         raise ValueError(f"{str(root)!r} has no asv.conf.json: run the gate from the "
                          "project's root")
-    folder = root / GATE_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    folder = (root / GATE_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")).resolve()
     screen = _continuous(_config(root, folder, "screen"), SCREEN, benches, base, head,
                          asv_args, root, echo)
     verdict = Verdict(changed_rows(screen), folder=folder)

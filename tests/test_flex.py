@@ -1,6 +1,7 @@
 """The flex backend (FlexAttention under torch.compile): grouped heads go in unrepeated,
 per-query lengths and rows with no valid key match the reference, a prepared step compiles
-once, a recompile inside a later call raises, and train mode is refused (no CPU backward).
+once, a recompile inside a later call raises, and train mode runs on CUDA only (no CPU
+backward).
 (Its outputs in every mode it runs: tests/test_attention.py, via the registry.)"""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import requires_cuda  # noqa: E402
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
 
 from mhabench.config import AttentionConfig  # noqa: E402
@@ -145,11 +147,23 @@ def test_a_prepared_step_compiles_once(mode):
     assert counters["stats"]["unique_graphs"] == graphs
 
 
-def test_train_mode_is_refused():
-    """No backward for FlexAttention on CPU: the config refuses train, rather than a
-    timed step raising or falling back."""
-    with pytest.raises(ValueError, match="does not run mode='train'"):
+def test_train_mode_runs_on_cuda_only():
+    """No backward for FlexAttention on CPU: the config refuses train there, rather than a
+    timed step raising or falling back; on CUDA (FlexAttention's Triton backward) it is
+    a config like any other."""
+    with pytest.raises(ValueError, match="does not run mode='train' on device='cpu'"):
         tiny(mode="train")
+    assert tiny(mode="train", device="cuda").mode == "train"
     q = torch.randn(1, 1, 4, 4, requires_grad=True)
     with pytest.raises(Exception, match="backward on CPU"):
         CompiledFlex()(q, q, q, torch.tensor([2]))
+
+
+@requires_cuda
+def test_train_gradients_agree_with_the_reference_on_cuda():
+    """Every variant of the agreement check on a GPU, train (gradients) included."""
+    from mhabench import agreement
+
+    rows = agreement.check("torch", "flex", device="cuda")
+    assert all(row.ok for row in rows), [r for r in rows if not r.ok]
+    assert next(r for r in rows if r.variant == "train").max_error is not None
