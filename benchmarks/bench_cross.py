@@ -13,11 +13,11 @@ from .common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,
-    GRID,
     GRID_NEW_BACKENDS,
     THREADS,
     AttentionBenchmark,
     grid,
+    newer_backends_where,
 )
 
 LENGTHS = grid(tiny=[8, 64], quick=[64, 1024], full=[64, 512, 4096])
@@ -32,5 +32,4 @@ class SelfVsCross(AttentionBenchmark):
               [False, True], [grid(tiny=2, quick=2, full=8)], LENGTHS, LENGTHS,
               [grid(tiny=32, quick=256, full=256)], grid(tiny=[4], quick=[8], full=[1, 8, 64]),
               DEVICE_PARAMS, DTYPES, [THREADS]]
-    keep = staticmethod(lambda c: GRID == "full" or c.backend in BACKENDS
-                        or (c.cross and c.n < c.m))
+    keep = staticmethod(newer_backends_where(lambda c: c.cross and c.n < c.m))

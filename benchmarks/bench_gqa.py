@@ -11,11 +11,11 @@ from .common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,
-    GRID,
     GRID_NEW_BACKENDS,
     THREADS,
     AttentionBenchmark,
     grid,
+    newer_backends_where,
 )
 
 
@@ -27,5 +27,4 @@ class MhaGqaMqa(AttentionBenchmark):
               [grid(tiny=4, quick=16, full=32)],
               grid(tiny=[4, 1], quick=[16, 4, 1], full=[32, 8, 4, 1]),
               DEVICE_PARAMS, DTYPES, [THREADS]]
-    keep = staticmethod(lambda c: GRID == "full" or c.backend in BACKENDS
-                        or c.kv_heads not in (c.heads, 1))
+    keep = staticmethod(newer_backends_where(lambda c: c.kv_heads not in (c.heads, 1)))
