@@ -43,9 +43,9 @@ VERDICT_LINES = ("BENCHMARKS NOT SIGNIFICANTLY CHANGED.",
 
 @dataclass(frozen=True)
 class Change:
-    """One row of asv's comparison table that asv marks as changed."""
+    """One row of asv's comparison table."""
 
-    mark: str  # "+": slower (a regression), "-": faster
+    mark: str  # "+": slower (a regression), "-": faster, "": unchanged
     cell: str  # benchmark name with its parameters, as asv prints it
     ratio: float | None  # after / before
 
@@ -61,13 +61,14 @@ class Verdict:
         return [c for c in self.confirmed if c.mark == "+"]
 
 
-def changed_rows(text: str) -> list[Change]:
-    """The rows of ``asv continuous``/``compare`` output marked "+" or "-" (the columns
-    are | Change | Before | After | Ratio | Benchmark (Parameter) |)."""
+def table_rows(text: str) -> list[Change]:
+    """Every row of ``asv continuous``/``compare``'s table (| Change | Before | After |
+    Ratio | Benchmark (Parameter) |), the header included; ``mark`` is "+", "-" or blank,
+    ``ratio`` None where asv prints none (n/a, failed)."""
     out = []
     for line in text.splitlines():
         cols = [c.strip() for c in line.split("|")]
-        if not line.startswith("|") or len(cols) < 7 or cols[1] not in ("+", "-"):
+        if not line.startswith("|") or len(cols) < 7:
             continue
         try:
             ratio: float | None = float(cols[4])
@@ -75,6 +76,11 @@ def changed_rows(text: str) -> list[Change]:
             ratio = None
         out.append(Change(cols[1], cols[5], ratio))
     return out
+
+
+def changed_rows(text: str) -> list[Change]:
+    """The rows of asv's table marked "+" or "-"."""
+    return [row for row in table_rows(text) if row.mark in ("+", "-")]
 
 
 def cell_pattern(cell: str) -> str:
@@ -112,8 +118,8 @@ def _continuous(config: Path, options: Sequence[str], benches: Sequence[str], ba
     # (benchmarks/common.py), 3 s a start.
     env = {**os.environ, "MHABENCH_PREIMPORT": "0"}
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    echo(done.stdout + done.stderr)
     log = done.stdout + done.stderr
+    echo(log)
     # Exit status 1 is both "a regression" and a failure: asv's closing line tells them apart.
     if done.returncode not in (0, 1) or not any(line in log for line in VERDICT_LINES):
         raise RuntimeError(f"asv continuous failed (exit status {done.returncode}): "

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from mhabench.gate import table_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 ASV = [sys.executable, "-m", "asv"]
 # A small real part of the suite at its shipped (quick) settings: bench_gqa's GQA cells
@@ -108,8 +110,8 @@ class Scratch:
                                                                  "asv.conf.json"),
                                "--machine", "pytest-machine", a, b], cwd=self.repo,
                               env=self.env, capture_output=True, text=True, timeout=300)
-        return {cell: ratio for _, cell, ratio in table_rows(done.stdout)
-                if "time_step(" in cell and ratio is not None}
+        return {row.cell: row.ratio for row in table_rows(done.stdout)
+                if "time_step(" in row.cell and row.ratio is not None}
 
 
 @dataclass
@@ -169,22 +171,6 @@ def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
         slowed[extra] = commit_all(repo, f"{SLOWED_BACKEND} backend {1 + extra}x slower")
     env = {**os.environ, **home, "MHABENCH_GRID": "quick", "PYTHONPATH": ""}
     return Scratch(repo, env, base, same, slowed)
-
-
-def table_rows(text: str) -> list[tuple[str, str, float | None]]:
-    """(mark, cell, ratio) of each row of asv's compare/continuous table
-    (| Change | Before | After | Ratio | Benchmark (Parameter) |); ratio None where asv
-    prints none (n/a, failed)."""
-    out = []
-    for line in text.splitlines():
-        cols = [c.strip() for c in line.split("|")]
-        if line.startswith("|") and len(cols) > 5:
-            try:
-                ratio = float(cols[4])
-            except ValueError:
-                ratio = None
-            out.append((cols[1], cols[5], ratio))
-    return out
 
 
 def judge(run: GateRun, slowed: bool) -> tuple[int, int, int]:

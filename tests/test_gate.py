@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.gate import GATE_DIR, _config, cell_pattern, changed_rows
+from mhabench.gate import GATE_DIR, _config, cell_pattern, changed_rows, table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +32,9 @@ def test_changed_rows_are_the_marked_ones_with_their_ratio() -> None:
     assert [(r.mark, r.ratio) for r in rows] == [("+", 1.27), ("-", 0.87), ("+", None)]
     assert rows[0].cell.startswith("bench_gqa.MhaGqaMqa.time_step('torch', 'fused'")
     assert changed_rows("no table here\n| a | b |") == []
+    every = [r for r in table_rows(TABLE) if r.cell.startswith("bench_")]  # unchanged too
+    assert [(r.mark, r.ratio) for r in every] == [
+        ("+", 1.27), ("-", 0.87), ("", 1.01), ("+", None)]
 
 
 def test_a_cell_pattern_selects_that_cell_only() -> None:
