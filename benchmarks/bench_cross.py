@@ -5,7 +5,8 @@ encoder), many queries over a short source (the reverse), and the diagonal n = m
 self-attention (one tensor feeds queries, keys and values) and as cross-attention. Cells
 with n != m and cross=False are not self-attention and show n/a. The newer backends
 (torch.compile, FlexAttention, JAX blockwise) take one cell on the quick grid (few queries
-over a long source, as cross-attention), every cell on the full one.
+over a long source, as cross-attention) with no memory process, every cell on the full
+one.
 """
 
 from .common import (
@@ -33,3 +34,4 @@ class SelfVsCross(AttentionBenchmark):
               [grid(tiny=32, quick=256, full=256)], grid(tiny=[4], quick=[8], full=[1, 8, 64]),
               DEVICE_PARAMS, DTYPES, [THREADS]]
     keep = staticmethod(newer_backends_where(lambda c: c.cross and c.n < c.m))
+    keep_memory = staticmethod(newer_backends_where(lambda c: False))

@@ -3,7 +3,8 @@ multi-query (kv_heads = 1) attention at the chapter's shape.
 
 The framework layers (``reference``) support MHA only: their GQA/MQA cells show n/a. The
 newer backends (torch.compile, FlexAttention, JAX blockwise) take the grouped cell only on
-the quick grid (its time budget), every cell on the full one.
+the quick grid (its time budget), and no memory process there (their memory is in the
+Exercise 6.4 sweep); every cell on the full one.
 """
 
 from .common import (
@@ -28,3 +29,4 @@ class MhaGqaMqa(AttentionBenchmark):
               grid(tiny=[4, 1], quick=[16, 4, 1], full=[32, 8, 4, 1]),
               DEVICE_PARAMS, DTYPES, [THREADS]]
     keep = staticmethod(newer_backends_where(lambda c: c.kv_heads not in (c.heads, 1)))
+    keep_memory = staticmethod(newer_backends_where(lambda c: False))

@@ -218,6 +218,9 @@ class AttentionBenchmark(abc.ABC):
     # Which valid cells a class runs (the rest are skipped before any setup): the newer
     # backends take only some cells of the GQA and cross classes on the quick grid.
     keep: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
+    # Which kept cells also get a memory process (track_step_bytes): all, unless a class
+    # narrows it (the newer backends' memory is in the Exercise 6.4 sweep on the quick grid).
+    keep_memory: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property
@@ -235,6 +238,8 @@ class AttentionBenchmark(abc.ABC):
         if isinstance(cls.__dict__.get("params"), list):
             names, params = cls.__dict__["param_names"], cls.__dict__["params"]
             cls.skip_params = skip_cells(names, params, cls.keep)
+            cls.track_step_bytes = _track_step_bytes_method(skip_cells(
+                names, params, lambda c: cls.keep(c) and cls.keep_memory(c)))
             # A per-class copy, so each class carries its own skip list; none where the grid
             # records no kernels (a benchmark whose every cell is skipped still costs asv
             # about 0.6 s).
@@ -253,7 +258,9 @@ class AttentionBenchmark(abc.ABC):
 
     time_step.setup = _settle
 
-    def track_step_bytes(self, *params: Any) -> int:
+
+def _track_step_bytes_method(skip: list[tuple[Any, ...]]) -> Callable[..., int]:
+    def track_step_bytes(self: AttentionBenchmark, *params: Any) -> int:
         try:
             return memory.step_bytes(self.cfg, self.step)
         except ValueError as err:  # raised inside the benchmark: asv's in-body skip
@@ -262,6 +269,8 @@ class AttentionBenchmark(abc.ABC):
             raise SkipNotImplemented(str(err)) from err
 
     track_step_bytes.unit = "bytes"
+    track_step_bytes.skip_params = skip
+    return track_step_bytes
 
 
 def _track_device_method(skip: list[tuple[Any, ...]]) -> Callable[..., float]:

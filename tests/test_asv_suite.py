@@ -150,25 +150,33 @@ def test_the_quick_grid_runs_the_newer_backends_in_the_sweep_a_gqa_and_a_cross_c
     from benchmarks.common import NEW_BACKENDS, config_of
     seen = {}
     for cls in classes:
-        skip = set(cls.skip_params)
-        for cell in itertools.product(*cls.params):
-            c = None if cell in skip else config_of(cls.param_names, cell)
-            if c is None or c.backend not in NEW_BACKENDS or c.device != "cpu":
-                continue
-            kinds = seen.setdefault(c.backend, set())
-            if 1 < c.kv_heads < c.heads:
-                kinds.add("gqa")
-            if c.cross:
-                kinds.add("cross")
-            if (c.batch, c.n, c.d, c.cross, c.mode) == (8, 512, 256, False, "forward"):
-                kinds.add(f"h={c.heads}")
+        for method in ("time_step", "track_step_bytes"):
+            skip = set(getattr(getattr(cls, method), "skip_params", cls.skip_params))
+            for cell in itertools.product(*cls.params):
+                c = None if cell in skip else config_of(cls.param_names, cell)
+                if c is None or c.device != "cpu":
+                    continue
+                kinds = seen.setdefault(f"{method} {c.backend}", set())
+                if 1 < c.kv_heads < c.heads:
+                    kinds.add("gqa")
+                if c.cross:
+                    kinds.add("cross")
+                if (c.batch, c.n, c.d, c.cross, c.mode) == (8, 512, 256, False, "forward"):
+                    kinds.add(f"h={c.heads}")
     print(json.dumps({b: sorted(k) for b, k in seen.items()}))
     """
     done = run_python(code, {"MHABENCH_GRID": "quick"})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.splitlines()[-1])
     for name in ("compiled", "flex", "blockwise"):
-        assert {"h=1", "h=8", "h=64", "gqa", "cross"} <= set(out.get(name, [])), (name, out)
+        assert {"h=1", "h=8", "h=64", "gqa", "cross"} <= set(out.get(f"time_step {name}", [])), (
+            name, out)
+        # their memory is the sweep's (the budget): no memory process for the other cells
+        assert set(out.get(f"track_step_bytes {name}", [])) == {"h=1", "h=8", "h=64"}, (
+            name, out)
+    for name in ("batched", "fused"):  # the chapter's backends keep every memory cell
+        assert {"h=1", "h=8", "h=64", "gqa", "cross"} <= set(
+            out.get(f"track_step_bytes {name}", [])), (name, out)
 
 
 def test_a_cell_that_outgrows_memory_fails_as_that_cell() -> None:
