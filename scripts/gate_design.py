@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,38 @@ def replay(pool: list[list[float]], rounds: int, per_round: int, factor: float,
     return {k: v / trials for k, v in counts.items()}
 
 
+def passed_on(a: list[float], b: list[float], factor: float) -> bool:
+    """The gate's screen: asv marks the cell at ``factor`` ("+", "-" or "~": the ratio of
+    medians beyond it either way, significant or not)."""
+    ratio = statistics.median(b) / statistics.median(a)
+    return flagged(a, b, factor) or not 1 / factor <= ratio <= factor
+
+
+def replay_gate(pool: list[list[float]], screen: tuple[int, int], screen_factor: float,
+                confirm: tuple[int, int], factor: float, trials: int,
+                rng: random.Random) -> dict[str, float]:
+    """Rates of the two-stage gate: the screen passes a cell on (``passed_on``), a fresh
+    confirmation must flag it. Each stage draws its own processes (disjoint within the
+    stage; the pool is too small for both stages to be disjoint from each other)."""
+    def draw(rounds: int, per_round: int) -> tuple[list[float], list[float]]:
+        chosen = rng.sample(range(len(pool)), 2 * rounds)
+        return ([s for i in chosen[:rounds] for s in pool[i][:per_round]],
+                [s for i in chosen[rounds:] for s in pool[i][:per_round]])
+
+    counts = {"passed_on": 0, "false": 0, "miss_1.25": 0, "miss_1.5": 0}
+    for _ in range(trials):
+        a, b = draw(*screen)
+        ca, cb = draw(*confirm)
+        on = passed_on(a, b, screen_factor)
+        counts["passed_on"] += on
+        counts["false"] += on and flagged(ca, cb, factor)
+        for slow in (1.25, 1.5):
+            caught = (passed_on(a, [x * slow for x in b], screen_factor)
+                      and flagged(ca, [x * slow for x in cb], factor))
+            counts[f"miss_{slow}"] += not caught
+    return {k: v / trials for k, v in counts.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pattern", nargs="?", default=r"bench_gqa\.MhaGqaMqa\.time_step\(")
@@ -97,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--designs", nargs="+", default=["8x3", "8x8", "12x3", "16x2"],
                         help="ROUNDSxSAMPLES per round")
     parser.add_argument("--factor", type=float, default=1.12)
+    parser.add_argument("--gate", nargs=3, metavar=("SCREEN", "SCREEN_FACTOR", "CONFIRM"),
+                        default=None, help="replay the two-stage gate instead, e.g. "
+                        "8x3 1.07 16x3 (mhabench.gate's settings)")
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--save", default=None)
     parser.add_argument("--load", default=None)
@@ -122,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.save:
             Path(args.save).write_text(json.dumps(pools))
     rng = random.Random(0)
+    if args.gate:
+        screen, confirm = (tuple(int(x) for x in t.split("x")) for t in args.gate[::2])
+        for cell, pool in pools.items():
+            rates = replay_gate(pool, screen, float(args.gate[1]), confirm, args.factor,
+                                args.trials, rng)
+            print(json.dumps({"cell": cell, "gate": " ".join(args.gate),
+                              **{k: round(v, 4) for k, v in rates.items()}}), flush=True)
+        return 0
     for cell, pool in pools.items():
         medians = sorted(sorted(p)[len(p) // 2] for p in pool)
         spread = medians[-1] / medians[0]

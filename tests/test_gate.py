@@ -16,7 +16,8 @@ from mhabench.gate import GATE_DIR, _config, cell_pattern, changed_rows, table_r
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# asv continuous's table, as asv 0.6 prints it (two changed rows, one unchanged, one n/a).
+# asv continuous's table, as asv 0.6 prints it with --no-only-changed: two changed rows,
+# one unchanged, one beyond the factor but not significant ("~"), one n/a.
 CELL = "bench_gqa.MhaGqaMqa.time_step('{fw}', '{be}', 2, 512, 256, 16, 4, 'cpu', 'float32', 1)"
 HEADER = "| Change | Before [8df16dc4] | After [563a65be] | Ratio | Benchmark (Parameter) |"
 TABLE = "\n".join([
@@ -24,6 +25,7 @@ TABLE = "\n".join([
     "| +      | 12.1±0.3ms | 15.4±0.4ms | 1.27 | " + CELL.format(fw="torch", be="fused") + " |",
     "| -      | 40.2±2ms   | 35.0±1ms   | 0.87 | " + CELL.format(fw="jax", be="loop") + " |",
     "|        | 20.0±0.5ms | 20.3±0.4ms | 1.01 | " + CELL.format(fw="torch", be="loop") + " |",
+    "|        | 30.1±3ms   | 36.2±5ms   | ~1.20 | " + CELL.format(fw="jax", be="fused") + " |",
     "| +      | failed     | 1.0ms      |  n/a | bench_x.X.time_y |"])
 
 
@@ -34,7 +36,9 @@ def test_changed_rows_are_the_marked_ones_with_their_ratio() -> None:
     assert changed_rows("no table here\n| a | b |") == []
     every = [r for r in table_rows(TABLE) if r.cell.startswith("bench_")]  # unchanged too
     assert [(r.mark, r.ratio) for r in every] == [
-        ("+", 1.27), ("-", 0.87), ("", 1.01), ("+", None)]
+        ("+", 1.27), ("-", 0.87), ("", 1.01), ("~", 1.20), ("+", None)]
+    # what the gate's screen passes on: significant or not, beyond its factor either way
+    assert [r.ratio for r in changed_rows(TABLE, "+-~")] == [1.27, 0.87, 1.20, None]
 
 
 def test_a_cell_pattern_selects_that_cell_only() -> None:

@@ -1,5 +1,5 @@
 """``mhabench gate BASE HEAD``: did HEAD regress against BASE? ``asv continuous`` as a
-screen, then fresh rounds for every flagged cell (:mod:`mhabench.gate`). Exit status 1
+screen, then fresh rounds for every cell it passes on (:mod:`mhabench.gate`). Exit status 1
 when a cell is confirmed slower, 0 otherwise."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 def add_command(sub: Any) -> None:
     p = sub.add_parser("gate", help="did HEAD regress? asv continuous, then fresh rounds "
-                       "for each flagged cell (exit status 1 on a confirmed regression)")
+                       "for each cell it passes on (exit status 1 on a confirmed regression)")
     p.add_argument("base", help="the commit to compare against (e.g. main)")
     p.add_argument("head", help="the commit under test (e.g. HEAD)")
     p.add_argument("-b", "--bench", action="append", default=[],
@@ -23,7 +23,7 @@ def add_command(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.gate import FACTOR, gate
+    from mhabench.gate import FACTOR, SCREEN_FACTOR, gate
 
     extra = ["--machine", args.machine] if args.machine else []
     try:
@@ -31,14 +31,14 @@ def run(args: argparse.Namespace) -> int:
                        echo=lambda text: print(text, file=sys.stderr, flush=True))
     except RuntimeError as err:  # asv failed: its own message, on one line
         raise CLIError(str(err).replace("\n", " ")) from err
-    print(f"mhabench gate: {len(verdict.screened)} cell(s) flagged by the screen, "
-          f"{len(verdict.confirmed)} confirmed (factor {FACTOR}); results in "
-          f"{verdict.folder}")
+    print(f"mhabench gate: {len(verdict.screened)} cell(s) passed on by the screen "
+          f"(beyond {SCREEN_FACTOR}x), {len(verdict.confirmed)} confirmed (factor {FACTOR}); "
+          f"results in {verdict.folder}")
     for change in verdict.confirmed:
         word = "SLOWER" if change.mark == "+" else "faster"
         ratio = "n/a" if change.ratio is None else f"{change.ratio:.2f}x"
         print(f"{word:<7} {ratio:>7}  {change.cell}")
     cleared = {c.cell for c in verdict.screened} - {c.cell for c in verdict.confirmed}
     for cell in sorted(cleared):
-        print(f"{'cleared':<7} {'-':>7}  {cell}")  # flagged by the screen only
+        print(f"{'cleared':<7} {'-':>7}  {cell}")  # passed on by the screen only
     return 1 if verdict.regressions else 0
