@@ -8,8 +8,8 @@ CI fast the virtualenv gets no packages of its own but a .pth file pointing at t
 running interpreter's site-packages (torch, jax), so only mhabench changes per commit, and
 a commit's wheel is unpacked into it rather than pip-installed.
 The helpers also serve `python tests/test_asv_regression.py N`, which repeats the three
-cases (identical, 1.5x, 1.25x) N times and counts false flags and misses (the figures
-quoted in the notes)."""
+cases (identical, 1.5x, 1.25x; or those named after N) N times and counts false flags
+and misses (the figures quoted in the notes)."""
 
 from __future__ import annotations
 
@@ -202,9 +202,10 @@ def test_gate_flags_exactly_the_slowed_backend(tmp_path: Path, asv_home) -> None
     assert not (tmp_path / "results").exists()  # the configured results_dir: untouched
 
 
-def main(repeats: int) -> None:
-    """Repeat the three cases and count false regressions, misses and false improvements
-    per case, with the screen's ratio of every cell."""
+def main(repeats: int, only: list[str]) -> None:
+    """Repeat the three cases (or those named in ``only``: identical, 1.5x, 1.25x) and
+    count false regressions, misses and false improvements per case, with the screen's
+    ratio of every cell."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,6 +218,8 @@ def main(repeats: int) -> None:
         cases = {"identical": (scratch.base, scratch.same, False),
                  **{f"{1 + e}x": (scratch.same, c, True) for e, c in scratch.slowed.items()}}
         for case, (a, b, slowed) in cases.items():
+            if only and case not in only:
+                continue
             for repeat in range(repeats):
                 run = scratch.gate(a, b)
                 false, misses, improved = judge(run, slowed)
@@ -232,4 +235,4 @@ def main(repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2, sys.argv[2:])
