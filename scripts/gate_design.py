@@ -65,15 +65,22 @@ def sample_processes(name: str, processes: int, samples: int) -> list[list[float
     return out
 
 
-def flagged(a: list[float], b: list[float], factor: float) -> bool:
-    """asv compare's verdict between two sides' samples: + or - at ``factor``."""
+def mark(a: list[float], b: list[float], factor: float) -> str:
+    """asv compare's mark for before ``a`` and after ``b`` at ``factor``: "+" (slower),
+    "-" (faster) or ""."""
     from asv.commands.compare import _is_result_better
     from asv_runner.statistics import compute_stats
 
     va, sa = compute_stats(a, 1)
     vb, sb = compute_stats(b, 1)
-    return bool(_is_result_better(va, vb, (sa, a), (sb, b), factor)
-                or _is_result_better(vb, va, (sb, b), (sa, a), factor))
+    if _is_result_better(vb, va, (sb, b), (sa, a), factor):
+        return "-"
+    return "+" if _is_result_better(va, vb, (sa, a), (sb, b), factor) else ""
+
+
+def flagged(a: list[float], b: list[float], factor: float) -> bool:
+    """asv compare's verdict between two sides' samples: + or - at ``factor``."""
+    return mark(a, b, factor) != ""
 
 
 def replay(pool: list[list[float]], rounds: int, per_round: int, factor: float,
@@ -90,19 +97,23 @@ def replay(pool: list[list[float]], rounds: int, per_round: int, factor: float,
     return {k: v / trials for k, v in counts.items()}
 
 
-def passed_on(a: list[float], b: list[float], factor: float) -> bool:
-    """The gate's screen: asv marks the cell at ``factor`` ("+", "-" or "~": the ratio of
-    medians beyond it either way, significant or not)."""
+def lean(a: list[float], b: list[float], factor: float) -> str:
+    """The gate's screen: the way a cell asv marks at ``factor`` leans ("+" slower, "-"
+    faster; marks "+", "-" and "~", the ratio of medians beyond it either way, significant
+    or not), or "" for a cell it does not pass on."""
     ratio = statistics.median(b) / statistics.median(a)
-    return flagged(a, b, factor) or not 1 / factor <= ratio <= factor
+    if 1 / factor <= ratio <= factor:
+        return mark(a, b, factor)
+    return "+" if ratio > 1 else "-"
 
 
 def replay_gate(pool: list[list[float]], screen: tuple[int, int], screen_factor: float,
                 confirm: tuple[int, int], factor: float, trials: int,
                 rng: random.Random) -> dict[str, float]:
-    """Rates of the two-stage gate: the screen passes a cell on (``passed_on``), a fresh
-    confirmation must flag it. Each stage draws its own processes (disjoint within the
-    stage; the pool is too small for both stages to be disjoint from each other)."""
+    """Rates of the two-stage gate: the screen passes a cell on (``lean``), a fresh
+    confirmation must flag it the same way. Each stage draws its own processes (disjoint
+    within the stage; the pool is too small for both stages to be disjoint from each
+    other)."""
     def draw(rounds: int, per_round: int) -> tuple[list[float], list[float]]:
         chosen = rng.sample(range(len(pool)), 2 * rounds)
         return ([s for i in chosen[:rounds] for s in pool[i][:per_round]],
@@ -112,12 +123,12 @@ def replay_gate(pool: list[list[float]], screen: tuple[int, int], screen_factor:
     for _ in range(trials):
         a, b = draw(*screen)
         ca, cb = draw(*confirm)
-        on = passed_on(a, b, screen_factor)
-        counts["passed_on"] += on
-        counts["false"] += on and flagged(ca, cb, factor)
+        way = lean(a, b, screen_factor)
+        counts["passed_on"] += way != ""
+        counts["false"] += way != "" and mark(ca, cb, factor) == way
         for slow in (1.25, 1.5):
-            caught = (passed_on(a, [x * slow for x in b], screen_factor)
-                      and flagged(ca, [x * slow for x in cb], factor))
+            caught = (lean(a, [x * slow for x in b], screen_factor) == "+"
+                      and mark(ca, [x * slow for x in cb], factor) == "+")
             counts[f"miss_{slow}"] += not caught
     return {k: v / trials for k, v in counts.items()}
 

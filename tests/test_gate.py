@@ -69,3 +69,40 @@ def test_the_cli_names_a_folder_without_asv_conf(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "mhabench gate: error: '.' has no asv.conf.json: run the gate from the project's root"]
+
+
+def test_the_gate_confirms_the_way_the_screen_leaned_and_reports_new_failures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two stages' logic on asv tables (asv itself: test_asv_regression.py): the screen
+    passes on "+", "-" and "~" rows; a confirmation flag counts only the way the screen
+    leaned; a benchmark that fails on HEAD only ("!") is a regression without confirming."""
+    import mhabench.gate as gate_module
+
+    (tmp_path / "asv.conf.json").write_text('{"version": 1}')
+    row = "| {mark:<6} | 20ms | 25ms | {ratio} | " + CELL + " |"
+    screen = "\n".join([HEADER, row.format(mark="", ratio="~1.20", fw="torch", be="fused"),
+                        row.format(mark="", ratio="~0.90", fw="torch", be="loop"),
+                        row.format(mark="+", ratio="1.30", fw="jax", be="fused"),
+                        row.format(mark="", ratio="1.01", fw="jax", be="loop"),
+                        "| !      | 1.0ms | failed | n/a | bench_x.X.time_y |",
+                        gate_module.VERDICT_LINES[1]])
+    confirm = "\n".join([HEADER, row.format(mark="+", ratio="1.22", fw="torch", be="fused"),
+                         row.format(mark="+", ratio="1.15", fw="torch", be="loop"),
+                         gate_module.VERDICT_LINES[1]])
+    calls = []
+
+    def continuous(config: Path, options: object, factor: float, benches: list[str],
+                   *args: object) -> str:
+        calls.append((factor, list(benches)))
+        return screen if len(calls) == 1 else confirm
+
+    monkeypatch.setattr(gate_module, "_continuous", continuous)
+    verdict = gate_module.gate("main", "HEAD", root=tmp_path, echo=lambda text: None)
+    assert calls[0] == (gate_module.SCREEN_FACTOR, [])
+    assert calls[1][0] == gate_module.FACTOR and len(calls[1][1]) == 3  # +, ~ and ~ rows
+    assert [(c.mark, c.lean) for c in verdict.screened] == [("~", "+"), ("~", "-"), ("+", "+")]
+    # torch loop leaned faster in the screen and slower in the confirmation: cleared
+    assert [c.cell for c in verdict.confirmed] == [CELL.format(fw="torch", be="fused")]
+    assert [c.cell for c in verdict.failed] == ["bench_x.X.time_y"]
+    assert [c.cell for c in verdict.regressions] == [CELL.format(fw="torch", be="fused"),
+                                                     "bench_x.X.time_y"]

@@ -1,6 +1,7 @@
 """``mhabench gate BASE HEAD``: did HEAD regress against BASE? ``asv continuous`` as a
 screen, then fresh rounds for every cell it passes on (:mod:`mhabench.gate`). Exit status 1
-when a cell is confirmed slower, 0 otherwise."""
+when a cell is confirmed slower or a benchmark that ran on BASE fails on HEAD, 0
+otherwise."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"mhabench gate: {len(verdict.screened)} cell(s) passed on by the screen "
           f"(beyond {SCREEN_FACTOR}x), {len(verdict.confirmed)} confirmed (factor {FACTOR}); "
           f"results in {verdict.folder}")
+    for change in verdict.failed:
+        print(f"{'FAILED':<7} {'n/a':>7}  {change.cell}")  # ran on BASE, fails on HEAD
     for change in verdict.confirmed:
         word = "SLOWER" if change.mark == "+" else "faster"
         ratio = "n/a" if change.ratio is None else f"{change.ratio:.2f}x"
