@@ -15,10 +15,12 @@ those processes, using asv's own ``compute_stats`` and ``compare._is_result_bett
 
     MHABENCH_GRID=quick MHABENCH_THREADS=1 python scripts/gate_design.py \\
         "bench_gqa\\.MhaGqaMqa\\.time_step\\('torch', 'loop', 2, 512, 256, 16, 4, " \\
-        --processes 24 --samples 8 --designs 8x3 8x8 12x3 16x2 --factor 1.12
+        --processes 36 --samples 7 --designs 8x3 8x7 12x3 16x2 --factor 1.12
 
 Prints one JSON line per cell and design. ``--save FILE`` keeps the samples, ``--load
-FILE`` replays saved ones.
+FILE`` replays saved ones. ``--gate 8x3 1.07 16x3`` replays mhabench gate's two stages
+instead (screen design, screen factor, confirmation design): how often it passes an
+unchanged cell on, flags it, and misses a 1.25x and a 1.5x slowdown.
 """
 
 from __future__ import annotations
