@@ -104,9 +104,12 @@ SWEEP_BACKENDS = BACKENDS + GRID_NEW_BACKENDS
 
 def newer_backends_where(where: Callable[[AttentionConfig], bool]
                          ) -> Callable[[AttentionConfig], bool]:
-    """A class's ``keep``: every cell of the other backends, and the newer backends' cells
-    only ``where`` (the quick grid's budget); the full grid keeps them all."""
+    """A class's ``keep`` or ``keep_memory``: every cell of the other backends, and the
+    newer backends' cells only ``where`` (the quick grid's budget); the full grid keeps
+    them all."""
     return lambda c: GRID == "full" or c.backend not in NEW_BACKENDS or where(c)
+
+
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
 # full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
 DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
