@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench import allocator, backends, device_time, kernels, memory, timing
+from mhabench import allocator, backends, device_time, kernels, machine_load, memory, timing
 from mhabench.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.config import DTYPES as ALL_DTYPES
 
@@ -182,6 +182,7 @@ def _settle(*params: Any) -> None:
     processes skip it."""
     while _UNSETTLED:
         allocator.warm_until_settled(_UNSETTLED.pop())
+    machine_load.start()  # what other processes take from here to the last sample
 
 
 class AttentionBenchmark(abc.ABC):
@@ -196,6 +197,8 @@ class AttentionBenchmark(abc.ABC):
       setup); ``warmup_time`` adds warm calls before the samples, and ``repeat`` asks for
       enough samples for asv's Mann-Whitney test (``asv continuous``/``compare``) to call
       a change significant (7 a side at least).
+    - after every sample, what other processes took from the machine
+      (``mhabench.machine_load``), kept beside the results for the regression section.
     - ``track_step_bytes``: the memory the step itself needs above what was resident
       (``mhabench.memory``), bytes, lower is better.
     - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
@@ -258,6 +261,12 @@ class AttentionBenchmark(abc.ABC):
 
     def time_step(self, *params: Any) -> None:
         self.step()
+
+    def teardown(self, *params: Any) -> None:
+        # After every sample (asv re-runs setup and teardown around each): the machine's
+        # load so far, only in a time process (time_step's setup opened the window).
+        module = type(self).__module__.partition(".")[2] or type(self).__module__
+        machine_load.record(f"{module}.{type(self).__name__}.time_step", params)
 
     time_step.setup = _settle
 
