@@ -46,7 +46,10 @@ FACTOR = 1.12  # a change: asv's test significant and the ratio beyond this (con
 SCREEN_FACTOR = 1.07
 SCREEN = ("--interleave-rounds", "--no-only-changed", "-a", "rounds=8",
           "-a", "repeat=(3,8,0.4)")
-CONFIRM = ("--interleave-rounds", "-a", "rounds=16", "-a", "repeat=(3,6,0.3)")
+# --no-only-changed: the rows of unchanged cells too (mhabench confirm records their ratio)
+CONFIRM = ("--interleave-rounds", "--no-only-changed", "-a", "rounds=16",
+           "-a", "repeat=(3,6,0.3)")
+CONFIRM_ROUNDS = 16
 GATE_DIR = Path(".asv") / "gate"
 # asv continuous's closing line when it compared the two commits.
 VERDICT_LINES = ("BENCHMARKS NOT SIGNIFICANTLY CHANGED.",
@@ -174,15 +177,31 @@ def gate(base: str, head: str, benches: Sequence[str] = (), *,
                       folder=folder)
     if not verdict.screened:
         return verdict
-    confirm = _continuous(_config(root, folder, "confirm"), CONFIRM, FACTOR,
-                          [cell_pattern(c.cell) for c in verdict.screened], base, head,
-                          asv_args, root, echo)
-    rows = changed_rows(confirm)
-    if not rows and "no benchmarks" in confirm.lower():
-        raise RuntimeError("the confirmation selected no benchmark: asv's table names "
-                           f"cells differently from -b ({verdict.screened[0].cell!r})")
+    rows = confirm(base, head, [c.cell for c in verdict.screened], folder / "confirm",
+                   asv_args=asv_args, root=root, echo=echo)
     # A flag against the screen's lean is noise in one of the two stages, not a change:
     # counting it would double the false flags (either way) and catch no real change.
     leans = {c.cell: c.lean for c in verdict.screened}
-    verdict.confirmed = [row for row in rows if leans.get(row.cell) == row.mark]
+    verdict.confirmed = [row for row in rows if row.mark and leans.get(row.cell) == row.mark]
     return verdict
+
+
+def confirm(base: str, head: str, cells: Sequence[str], folder: Path, *,
+            asv_args: Sequence[str] = (), root: Path = Path("."),
+            echo: Callable[[str], None] = print) -> list[Change]:
+    """The second stage on its own: ``cells`` (asv's names with parameters) re-run from
+    scratch at ``base`` and ``head`` in 16 interleaved rounds of fresh processes, results in
+    ``folder`` (new). Returns asv's table rows for them ("+"/"-": changed beyond
+    :data:`FACTOR` and significant; "~" or blank: not)."""
+    root = Path(root)
+    if not (root / "asv.conf.json").is_file():
+        raise ValueError(f"{str(root)!r} has no asv.conf.json: run from the project's root")
+    folder = Path(folder).resolve()
+    text = _continuous(_config(root, folder.parent, folder.name), CONFIRM, FACTOR,
+                       [cell_pattern(c) for c in cells], base, head, asv_args, root, echo)
+    rows = table_rows(text)
+    if not any(row.ratio is not None or row.mark for row in rows) and (
+            "no benchmarks" in text.lower()):
+        raise RuntimeError("the confirmation selected no benchmark: asv's table names "
+                           f"cells differently from -b ({cells[0]!r})")
+    return [row for row in rows if row.cell in set(cells)]

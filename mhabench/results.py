@@ -36,8 +36,9 @@ STAT_COLUMNS = {"stats_q_25": "q25", "stats_q_75": "q75", "stats_ci_99_a": "ci99
                 "stats_repeat": "repeat"}
 # ``samples``: the cell's raw samples (a tuple; asv run --record-samples) or None, for the
 # regression section's significance test.
+# ``asv_cell``: the cell as asv's tables name it (``name(repr, ...)``, what asv -b matches).
 BASE_COLUMNS = ("machine", "commit", "date", "env_name", "file", "benchmark", "kind", "unit",
-                "cell", "value", *STAT_COLUMNS.values(), "samples")
+                "cell", "asv_cell", "value", *STAT_COLUMNS.values(), "samples")
 # A benchmark whose params name this field times an attention config; fields its params
 # do not record take AttentionConfig's defaults (the chapter's batch 8, n 512, d 256),
 # with a warning, since the results alone cannot tell what the benchmark fixed.
@@ -212,7 +213,8 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
         except ValueError as exc:
             invalid.append(f"{label} ({exc})")
             continue
-        record = {**base, "cell": label, "value": float(result[index]),
+        record = {**base, "cell": label, "asv_cell": f"{name}({', '.join(combo)})"
+                  if combo else name, "value": float(result[index]),
                   **{col: _column(row, key, index) for key, col in STAT_COLUMNS.items()},
                   "samples": _samples(row, index),
                   **{(k if k in CONFIG_FIELDS else f"param_{k}"): v for k, v in cell.items()}}

@@ -4,9 +4,7 @@ fresh rounds to confirm each flagged cell) flags no cell between two identical c
 and flags both cells of a backend made 1.5x slower and no other cell.
 
 asv builds a virtualenv and installs each commit into it, as it does for users; to keep
-CI fast the virtualenv gets no packages of its own but a .pth file pointing at the
-running interpreter's site-packages (torch, jax), so only mhabench changes per commit, and
-a commit's wheel is unpacked into it rather than pip-installed.
+CI fast the virtualenv borrows the running interpreter's site-packages (tests/scratch.py).
 The helpers also serve `python tests/test_asv_regression.py N`, which repeats the three
 cases (identical, 1.5x, 1.25x; or those named after N) N times and counts false flags
 and misses (the figures quoted in the notes)."""
@@ -17,18 +15,25 @@ import json
 import os
 import re
 import shlex
-import site
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from scratch import (
+    ASV,
+    FRAMEWORKS,
+    ROOT,
+    asv_env,
+    git,
+    plant,
+    same_code_commit,
+    scratch_clone,
+)
 
 from mhabench.gate import table_rows
 
-ROOT = Path(__file__).resolve().parents[1]
-ASV = [sys.executable, "-m", "asv"]
 # A small real part of the suite at its shipped (quick) settings: bench_gqa's GQA cells
 # (batch 2, n 512, d 256, 16 query heads over 4 key/value heads), 15-60 ms a step: the
 # fused call in both frameworks and torch's batched layout (JAX batched and the loops
@@ -38,32 +43,6 @@ CELLS = (r"^bench_gqa\.MhaGqaMqa\.time_step\(('torch', '(batched|fused)'|'jax', 
 SLOWED_BACKEND = "fused"
 CELL_COUNT, SLOWED_CELLS = 3, 2  # torch batched, fused; JAX fused; the fused two
 
-# The slowed commits: every fused step spins for a fraction of its own duration.
-PREPARED = """    for _ in range(warmup):
-        step()
-    if settle:
-        warm_until_settled(step)
-    return step
-"""
-SLOWED = """    for _ in range(warmup):
-        step()
-    if settle:
-        warm_until_settled(step)
-    if config.backend != "fused":
-        return step
-
-    def slowed() -> Any:  # a regression planted by the gate test
-        start = time.perf_counter()
-        out = step()
-        until = time.perf_counter() + {extra} * (time.perf_counter() - start)
-        while time.perf_counter() < until:
-            pass
-        return out
-
-    return slowed
-"""
-
-
 def gate_command() -> list[str]:
     """The README's "did this commit regress?" command (``mhabench gate ...``), without
     its two commits."""
@@ -71,19 +50,6 @@ def gate_command() -> list[str]:
     line = re.search(r"^(mhabench gate\b[^\n#]*?)\s+main HEAD", text, re.MULTILINE)
     assert line, "README lost its regression gate command"
     return shlex.split(line.group(1))[2:]
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=True)
-    return done.stdout.strip()
-
-
-def commit_all(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=test", "-c", "user.email=test@example.invalid",
-        "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 @dataclass
@@ -132,45 +98,16 @@ class GateRun:
 
 
 def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
-    repo = tmp / "scratch"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    pth_writer = tmp / "borrow_site.py"
-    ours = site.getsitepackages()[0]
-    pth_writer.write_text("import site\n"
-                          f"path = site.getsitepackages()[0] + '/borrowed.pth'\n"
-                          f"open(path, 'w').write({ours!r})\n")
-    # Installing a commit's wheel is unpacking it: pip's own start-up (3.6 s to uninstall
-    # and install) ran before every round of every stage, and installs change no timing.
-    unpack = tmp / "unpack_wheel.py"
-    unpack.write_text("import pathlib, shutil, site, sys, zipfile\n"
-                      "target = pathlib.Path(site.getsitepackages()[0])\n"
-                      "for old in target.glob('mhabench*'):\n"
-                      "    shutil.rmtree(old) if old.is_dir() else old.unlink()\n"
-                      "if len(sys.argv) > 1:\n"
-                      "    zipfile.ZipFile(sys.argv[1]).extractall(target)\n")
-    from asv.util import load_json
-
-    conf = load_json(str(repo / "asv.conf.json"), js_comments=True)
-    conf.update(matrix={}, pythons=[f"{sys.version_info.major}.{sys.version_info.minor}"],
-                branches=["master", "main"], results_dir=str(tmp / "results"),
-                html_dir=str(tmp / "html"), env_dir=str(tmp / "env"))
-    conf["install_command"] = [f"in-dir={{env_dir}} python {unpack} {{wheel_file}}",
-                               f"python {pth_writer}"]
-    conf["uninstall_command"] = [f"return-code=any python {unpack}"]
-    (repo / "asv.conf.json").write_text(json.dumps(conf, indent=1))
-    base = commit_all(repo, "scratch: virtualenv borrowing site-packages")
-    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nSame code.\n")
-    same = commit_all(repo, "identical code")
-    timing = repo / "mhabench" / "timing.py"
-    text = timing.read_text()
-    assert text.count(PREPARED) == 1, "timing.prepare changed shape: update this test"
+    """The scratch clone (tests/scratch.py) with a commit that changes no code and, on top
+    of it, the fused backend of both frameworks made 1.5x and 1.25x slower."""
+    repo, base = scratch_clone(tmp)
+    same = same_code_commit(repo, "Same code.")
     slowed = {}
     for extra in (0.5, 0.25):
         git(repo, "checkout", "-q", same)
-        timing.write_text(text.replace(PREPARED, SLOWED.format(extra=extra)))
-        slowed[extra] = commit_all(repo, f"{SLOWED_BACKEND} backend {1 + extra}x slower")
-    env = {**os.environ, **home, "MHABENCH_GRID": "quick", "PYTHONPATH": ""}
-    return Scratch(repo, env, base, same, slowed)
+        slowed[extra] = plant(repo, {(f, SLOWED_BACKEND) for f in FRAMEWORKS}, extra,
+                              f"{SLOWED_BACKEND} backend {1 + extra}x slower")
+    return Scratch(repo, asv_env(home, MHABENCH_GRID="quick"), base, same, slowed)
 
 
 def judge(run: GateRun, slowed: bool) -> tuple[int, int, int]:

@@ -1,25 +1,31 @@
-"""Regressions across commits, from asv's own statistics.
+"""Regressions across commits: each cell's history judged by what varies between
+processes, whole-run shifts set apart, steps confirmed by re-measurement.
 
-Each benchmark cell's history on one machine and environment is put in commit order
-(asv's ``Git.get_revisions``, the order ``asv publish`` uses, when the git repository is
-at hand) and searched for upward steps with asv's step detection (``asv.step_detect``,
-the code behind the regressions page of ``asv publish``):
+1. Each cell's history on one machine and environment is put in commit order (asv's
+   ``Git.get_revisions``, as ``asv publish``, when the git repository is at hand).
+2. How each whole run moved is set apart from each cell's level (a median polish of the
+   log values, :mod:`mhabench.analysis.runs`); a run that moved as a whole, or was timed
+   while other processes took the machine (``mhabench.machine_load``), is reported as a
+   run, not as a regression of each of its cells.
+3. asv's step detection (its Potts solver, :func:`asv.step_detect.solve_potts_approx`,
+   and :func:`asv.step_detect.detect_regressions` with the threshold) finds the upward
+   steps of each cell's run-adjusted log values, a new level costing :data:`GAMMA` times
+   the cell's noise. The noise is the cell's commit-to-commit scatter (its benchmark's,
+   if larger): the samples of one commit come from one process and scatter far less than
+   processes do, so a test on pooled samples (asv compare's Mann-Whitney) calls noise a
+   change; four in five "confirmed" steps of a real history were noise that way.
+4. Each step's size over its noise (``z``: the level change over the SD of the two
+   levels) and its support decide: it **holds** when ``z >= Z_HOLD`` with at least two
+   undisturbed commits on each side; otherwise, from ``Z_CANDIDATE`` up, it is a
+   **candidate** (at the newest commit, resting on one commit, or below ``Z_HOLD``);
+   a step resting only on disturbed runs is **disturbed**; the rest is noise.
+5. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
+   either side in 16 fresh interleaved rounds (``asv continuous``, the gate's second
+   stage); its verdicts (:mod:`mhabench.analysis.confirmations`) make a step
+   **confirmed** or **cleared**.
 
-- ``time_`` cells: asv's Potts solver (:func:`asv.step_detect.solve_potts_approx`) over
-  the commits' medians, weighted by their samples' 99 % confidence intervals
-  (:func:`asv._stats.get_weight`, as ``asv publish``), with a new level costing
-  :data:`STEP_PENALTY` median CI half-widths. ``asv publish`` searches the penalty
-  itself (``solve_potts_autogamma``); on histories of a few to tens of commits that
-  search reads a late step as correlated noise and keeps one level (measured: a 1.3x
-  step under 10 % sample noise, 10 samples a commit, found in 10-50 % of 12-commit
-  histories, 10 % when it is at the last commit). Each upward step that
-  :func:`asv.step_detect.detect_regressions` keeps is then tested between the commits on
-  either side with :func:`asv._stats.is_different` (Mann-Whitney U at p < 0.002 on the
-  samples, as ``asv compare`` and ``asv continuous``; with too few samples, whether the
-  99 % CIs overlap) and must be at least the threshold factor: only then is it confirmed.
-- ``peakmem_``, ``mem_`` and ``track_`` cells hold one value per commit and no samples,
-  so nothing can test them: asv's ``detect_steps`` as ``asv publish`` runs it (its own
-  penalty search) and ``detect_regressions`` with the same threshold decide alone.
+``peakmem_``, ``mem_`` and ``track_`` cells (one value per commit) are judged the same
+way, by their history alone.
 
 As in asv, a higher value is worse for every benchmark type.
 """
@@ -28,19 +34,34 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pandas as pd
-from asv import _stats, step_detect
+from asv import step_detect
 
-STEP_PENALTY = 1.0  # a new level must cut the weighted deviation by 1 median CI half-width
+from mhabench.analysis.confirmations import Confirmation
+from mhabench.analysis.runs import Run, log_matrix, noise_scales, run_effects, runs
+from mhabench.machine_load import CellLoad
+
 TIME_KINDS = ("time",)
 VALUE_KINDS = ("peakmem", "mem", "track")
 HISTORY_KEY = ("machine", "env_name", "benchmark", "cell")
-P_THRESHOLD = 0.002  # asv._stats.is_different's default, which asv compare uses
+GAMMA = 3.0  # a new level must cut the absolute deviation by 3 noise SDs (asv's Potts)
+Z_HOLD = 4.0  # a step this many SDs of its two levels' difference, on 2+ commits a side
+Z_CANDIDATE = 3.0  # from here a step is worth re-measuring
+# A level is a median of its commits: its SE over the mean's, by the number of commits
+# (1 and 2: the mean itself; 4: the mean of the middle two), sqrt(pi / 2) for many.
+MEDIAN_SE = {1: 1.0, 2: 1.0, 3: 1.16, 4: 1.09, 5: 1.2}
+
+
+def median_se(n: int) -> float:
+    return MEDIAN_SE.get(n, math.sqrt(math.pi / 2))
+# What the report shows for each verdict, and whether it counts as a regression.
+CONFIRMED_VERDICTS = ("confirmed", "holds")
+LISTED_VERDICTS = ("confirmed", "holds", "candidate", "cleared", "disturbed")
 
 
 @dataclass(frozen=True)
@@ -64,7 +85,7 @@ class History:
     commits: tuple[str, ...]
     values: tuple[float, ...]
     samples: tuple[tuple[float, ...] | None, ...]
-    stats: tuple[dict[str, float] | None, ...]  # asv's names: ci_99_a, ci_99_b, ...
+    asv_cell: str = ""  # asv's name with parameters (``name(repr, ...)``)
 
 
 @dataclass(frozen=True)
@@ -74,11 +95,14 @@ class Step:
     history: History
     before: int  # index of the last commit on the old level
     after: int
-    level_before: float  # the step detection's level on each side
+    level_before: float  # the fitted levels, run shifts removed, in the values' unit
     level_after: float
-    confirmed: bool | None  # None: no samples or CIs to test with
-    test: str  # what asv's test said, in words
-    p_value: float | None  # Mann-Whitney U, where the samples allow it
+    verdict: str  # confirmed, holds, candidate, cleared, disturbed or noise
+    reason: str  # the verdict in words
+    z: float  # the level change over the SD of the difference of the two levels
+    support: tuple[int, int]  # undisturbed commits on the old and the new level
+    noise: float  # the cell's SD between processes, relative (0.05: 5 %)
+    confirmation: Confirmation | None = None
 
     @property
     def ratio(self) -> float:
@@ -87,6 +111,35 @@ class Step:
     @property
     def commit(self) -> str:
         return self.history.commits[self.after]
+
+    @property
+    def confirmed(self) -> bool:
+        return self.verdict in CONFIRMED_VERDICTS
+
+
+@dataclass
+class Verdicts:
+    """Every upward step of the histories judged, and every run's shift and load."""
+
+    steps: list[Step]
+    runs: dict[tuple[str, str, str], list[Run]] = field(default_factory=dict)  # (machine,
+    # env, kind) -> each commit's run, oldest first
+
+    def listed(self) -> list[Step]:
+        return [s for s in self.steps if s.verdict in LISTED_VERDICTS]
+
+    def count(self, verdict: str) -> int:
+        return sum(s.verdict == verdict for s in self.steps)
+
+    def disturbed_runs(self) -> list[tuple[tuple[str, str, str], Run]]:
+        return [(key, run) for key, group in self.runs.items() for run in group
+                if run.disturbed]
+
+
+def beside_results(results: str | Path, name: str) -> Path:
+    """The folder ``name`` beside an asv results folder (``.asv/load`` for
+    ``.asv/results``): where mhabench keeps what it adds to asv's results."""
+    return Path(results).resolve().parent / name
 
 
 def commit_order(frame: pd.DataFrame, repo: str | Path | None) -> Order:
@@ -115,14 +168,6 @@ def commit_order(frame: pd.DataFrame, repo: str | Path | None) -> Order:
                  f"the git history of {str(repo)!r} (as asv publish orders it)")
 
 
-def _stats_dict(row: dict[str, Any]) -> dict[str, float] | None:
-    lo, hi = row.get("ci99_lo"), row.get("ci99_hi")
-    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
-        return None
-    return {"ci_99_a": float(lo), "ci_99_b": float(hi), "q_25": row.get("q25"),
-            "q_75": row.get("q75"), "repeat": row.get("repeat"), "number": row.get("number")}
-
-
 def histories(frame: pd.DataFrame, order: Order, kinds: Iterable[str]) -> list[History]:
     """Every cell of the given benchmark kinds measured at two or more commits."""
     rank = {c: i for i, c in enumerate(order.commits)}
@@ -141,84 +186,120 @@ def histories(frame: pd.DataFrame, order: Order, kinds: Iterable[str]) -> list[H
                            unit=str(records[0]["unit"]),
                            commits=tuple(str(r["commit"]) for r in records),
                            values=tuple(float(r["value"]) for r in records),
-                           samples=samples, stats=tuple(_stats_dict(r) for r in records)))
+                           samples=samples, asv_cell=str(records[-1].get("asv_cell") or "")))
+    return out
+
+def _segments(right: Sequence[int]) -> list[tuple[int, int]]:
+    out, left = [], 0
+    for r in right:
+        out.append((left, r))
+        left = r
     return out
 
 
-def detect(history: History, penalty: float | None = STEP_PENALTY
-           ) -> list[tuple[int, int, float, float, float]]:
-    """asv's piecewise-constant fit of a history: (left, right, level, min, error) per
-    level, in history indices (``asv.step_detect.detect_steps``'s format).
+def _judge(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
+           threshold: float, confirmations: Mapping[tuple[str, str, str, str], Confirmation],
+           runs_at: Mapping[int, Run]) -> list[Step]:
+    """The upward steps of one history's run-adjusted log values ``y``."""
+    right, levels, dists = step_detect.solve_potts_approx(list(y), [1.0] * len(y),
+                                                          gamma=GAMMA * sigma)
+    segments = _segments(right)
+    fitted = [(left, r, math.exp(level), float(np.exp(y[left:r]).min()),
+               math.exp(level) * abs(dist / (r - left)))
+              for (left, r), level, dist in zip(segments, levels, dists, strict=True)]
+    _, _, jumps = step_detect.detect_regressions(fitted, threshold - 1)
+    out = []
+    last = len(y) - 1
+    for before, after, _, _ in jumps or ():
+        seg_b = next(s for s in segments if s[0] <= before < s[1])
+        seg_a = next(s for s in segments if s[0] == after)
+        level_b, level_a = (math.exp(levels[segments.index(s)]) for s in (seg_b, seg_a))
+        n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
+        clean = (int((~disturbed[seg_b[0]:seg_b[1]]).sum()),
+                 int((~disturbed[seg_a[0]:seg_a[1]]).sum()))
+        z = math.log(level_a / level_b) / (sigma * math.hypot(median_se(n_b) / math.sqrt(n_b),
+                                                             median_se(n_a) / math.sqrt(n_a)))
+        key = (history.machine, history.asv_cell, history.commits[before],
+               history.commits[after])
+        found = confirmations.get(key)
+        if found is not None:
+            verdict = found.verdict
+            reason = (f"{found.verdict} by {found.rounds} interleaved rounds (asv continuous"
+                      f" at factor {found.factor:g}: "
+                      + ("n/a" if found.ratio is None else f"{found.ratio:.2f}x") + ")")
+        elif not clean[0] or not clean[1]:
+            k = seg_a[0] if not clean[1] else seg_b[0]
+            verdict, reason = "disturbed", "rests only on a disturbed run: " + _why(
+                runs_at.get(k), disturbed[k])
+        elif z >= Z_HOLD and min(clean) >= 2:
+            verdict = "holds"
+            reason = (f"holds over the history: {z:.1f} SDs, {clean[0]} and {clean[1]} "
+                      "undisturbed commits either side")
+        elif z >= Z_CANDIDATE:
+            verdict = "candidate"
+            if seg_a == (last, last + 1):
+                reason = "candidate: at the newest commit"
+            elif min(n_b, n_a) == 1 or min(clean) < 2:
+                reason = "candidate: rests on one commit"
+            else:
+                reason = f"candidate: {z:.1f} SDs, below {Z_HOLD:g}"
+        else:
+            verdict, reason = "noise", f"within the noise ({z:.1f} SDs)"
+        out.append(Step(history, before, after, level_b, level_a, verdict, reason, z, clean,
+                        math.expm1(sigma), found))
+    return out
 
-    With every commit's CI known (at least one; the others get their median weight, as in
-    asv) and a ``penalty``, asv's solver runs at that penalty; otherwise ``detect_steps``
-    searches it as ``asv publish`` does."""
-    weights = [_stats.get_weight(s) for s in history.stats]
-    known = [w for w in weights if w is not None]
-    if penalty is None or not known:
-        return step_detect.detect_steps(list(history.values), weights)
-    index = [i for i, v in enumerate(history.values) if math.isfinite(v)]
-    y = [history.values[i] for i in index]
-    median = statistics.median(known)
-    w = [(weights[i] if weights[i] is not None else median) / median for i in index]
-    # Weights normalised to median 1 keep the fitted deviations in the values' unit (as
-    # detect_steps does); 1 / median weight is then the median CI half-width.
-    right, levels, dists = step_detect.solve_potts_approx(y, w, gamma=penalty / median)
-    steps, left = [], 0
-    for r, level, dist in zip(right, levels, dists, strict=True):
-        steps.append((index[left], index[r - 1] + 1, level, min(y[left:r]),
-                      abs(dist / (r - left))))
-        left = r
-    return steps
 
-
-def _test(history: History, a: int, b: int, factor: float
-          ) -> tuple[bool | None, str, float | None]:
-    """asv compare's question between commits a and b: are they different (asv's test),
-    and is b slower by at least ``factor``?"""
-    sa, sb = history.samples[a], history.samples[b]
-    ta, tb = history.stats[a], history.stats[b]
-    if not (sa and sb) and not (ta and tb):
-        return None, "no samples or CIs recorded: not testable", None
-    enough = bool(sa and sb) and 1 / _stats.binom(len(sa) + len(sb),
-                                                  min(len(sa), len(sb))) < P_THRESHOLD
-    if not enough and not (ta and tb):
-        return None, (f"{len(sa or ())} vs {len(sb or ())} samples, too few for the U test, "
-                      "and no CIs"), None
-    different = _stats.is_different(list(sa) if sa else None, list(sb) if sb else None,
-                                    ta, tb, P_THRESHOLD)
-    slower = history.values[b] >= history.values[a] * factor
-    if enough:
-        p = _stats.mann_whitney_u(list(sa), list(sb))[1]
-        text = f"Mann-Whitney U p={p:.2g} ({len(sa)} vs {len(sb)} samples)"
-    else:
-        p = None
-        text = (f"99% CIs {'disjoint' if different else 'overlap'} ({len(sa or ())} vs "
-                f"{len(sb or ())} samples: too few for the U test)")
-    if different and not slower:
-        text += f"; less than {factor:g}x slower"
-    return bool(different and slower), text, p
+def _why(run: Run | None, cell_disturbed: bool) -> str:
+    if run is not None and run.moved:
+        return f"the whole run at {run.commit[:8]} moved {run.factor:.2f}x"
+    if run is not None and run.loaded:
+        return (f"other processes took {run.other_cores:.2f} cores while the run at "
+                f"{run.commit[:8]} timed")
+    return "other processes took the machine while this cell timed" if cell_disturbed else (
+        "disturbed")
 
 
 def regressions(histories_: Sequence[History], threshold: float,
-                penalty: float | None = STEP_PENALTY, test: bool = True) -> list[Step]:
-    """Upward steps that asv's ``detect_regressions`` keeps (relative size ``threshold -
-    1``), each tested between its two commits when ``test`` (the time_ rule) or left
-    untested (one value per commit: the memory and track_ rule)."""
-    out = []
-    for history in histories_:
-        steps = detect(history, penalty)
-        _, _, jumps = step_detect.detect_regressions(steps, threshold - 1)
-        level_at = {left: level for left, _, level, _, _ in steps}
-        for before, after, level_before, _ in jumps or ():
-            if test:
-                confirmed, text, p = _test(history, before, after, threshold)
-            else:
-                confirmed, text, p = None, "one value per commit: no samples to test", None
-            out.append(Step(history, before, after, float(level_before),
-                            float(level_at.get(after, history.values[after])), confirmed,
-                            text, p))
-    return out
+                loads: Mapping[tuple[str, str, str], CellLoad] | None = None,
+                confirmations: Mapping[tuple[str, str, str, str], Confirmation] | None = None,
+                order: Order | None = None) -> Verdicts:
+    """Judge every upward step of at least ``threshold`` in ``histories_`` (see the
+    module's docstring). ``loads``: (commit, env, asv cell) -> the machine's load while the
+    cell timed (``mhabench.machine_load.read_records``); ``confirmations``: re-measured
+    steps (``mhabench.analysis.confirmations.load_confirmations``)."""
+    loads, confirmations = loads or {}, confirmations or {}
+    verdicts = Verdicts([])
+    groups: dict[tuple[str, str, str], list[History]] = {}
+    for h in histories_:
+        family = "time" if h.kind in TIME_KINDS else h.kind
+        groups.setdefault((h.machine, h.env_name, family), []).append(h)
+    for key, members in sorted(groups.items()):
+        seen = {c for h in members for c in h.commits}
+        commits = [c for c in (order.commits if order else ()) if c in seen]
+        commits += sorted(seen - set(commits))
+        position = {c: i for i, c in enumerate(commits)}
+        x = log_matrix([{position[c]: v for c, v in zip(h.commits, h.values, strict=True)}
+                        for h in members], len(commits))
+        level, run = run_effects(x)
+        cell_loads = [[loads.get((c, h.env_name, h.asv_cell)) for c in commits]
+                      for h in members]
+        group_runs = runs(x, level, run, commits, cell_loads)
+        verdicts.runs[key] = group_runs
+        runs_at = {r.position: r for r in group_runs}
+        run_disturbed = np.array([runs_at[k].disturbed if k in runs_at else False
+                                  for k in range(len(commits))])
+        disturbed = np.array([[run_disturbed[k] or bool(load and load.disturbed)
+                               for k, load in enumerate(row)] for row in cell_loads])
+        residuals = x - run[None, :]
+        sigmas = noise_scales(residuals, disturbed, [h.benchmark for h in members])
+        for i, h in enumerate(members):
+            index = [position[c] for c in h.commits]
+            steps = _judge(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
+                           threshold, confirmations,
+                           {j: runs_at[k] for j, k in enumerate(index) if k in runs_at})
+            verdicts.steps += steps
+    return verdicts
 
 
 def sample_summary(samples: Sequence[float] | None, value: float) -> str:

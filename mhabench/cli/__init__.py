@@ -1,5 +1,5 @@
-"""The ``mhabench`` command line: cost, time, check, predict, validate, report, profile,
-gate.
+"""The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
+profile, gate.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -14,11 +14,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mhabench.cli import check, cost, gate, predict, profile, report, time, validate
+from mhabench.cli import check, confirm, cost, gate, predict, profile, report, time, validate
 from mhabench.cli.common import CLIError, Parser
 
 # --help lists them in this order
-COMMANDS = (cost, time, check, predict, validate, report, profile, gate)
+COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate)
 
 
 def build_parser() -> Parser:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 from mhabench.backends import BUILTIN as BACKENDS
@@ -93,3 +94,36 @@ def load_results(args: argparse.Namespace, command: str) -> Any:
     for warning in results.warnings:
         print(f"mhabench {command}: warning: {warning}", file=sys.stderr)
     return results
+
+
+def add_history_args(parser: argparse.ArgumentParser) -> None:
+    """The flags that judge histories across commits (``report`` and ``confirm``)."""
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="smallest slowdown factor reported as a regression (default "
+                             "1.1, as asv compare)")
+    parser.add_argument("--repo", default=".",
+                        help="git repository whose history orders the commits (default: the "
+                             "current folder; without the commits there, the dates asv "
+                             "recorded)")
+    parser.add_argument("--load", default=None, metavar="DIR",
+                        help="the machine-load records of the runs (default: load/ beside "
+                             "the results folder, .asv/load)")
+    parser.add_argument("--confirmations", default=None, metavar="DIR",
+                        help="the verdicts of mhabench confirm (default: confirm/ beside the "
+                             "results folder, .asv/confirm)")
+
+
+def history_threshold(args: argparse.Namespace) -> float:
+    """``--threshold`` checked (a slowdown factor above 1), its default filled in."""
+    threshold = 1.1 if args.threshold is None else args.threshold
+    if not threshold > 1:
+        raise CLIError(f"--threshold {threshold} is not allowed; it must be above 1 "
+                       "(a slowdown factor, e.g. 1.1)")
+    if not Path(args.repo).is_dir():
+        raise CLIError(f"--repo {args.repo!r} is not a folder; give the git checkout whose "
+                       "history orders the commits")
+    for flag in ("load", "confirmations"):
+        value = getattr(args, flag)
+        if value is not None and not Path(value).is_dir():
+            raise CLIError(f"--{flag} {value!r} is not a folder")
+    return threshold

@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mhabench.cli.common import CLIError, add_results_args, load_results
+from mhabench.cli.common import (
+    CLIError,
+    add_history_args,
+    add_results_args,
+    history_threshold,
+    load_results,
+)
 
 
 def add_command(sub: Any) -> None:
@@ -15,12 +21,7 @@ def add_command(sub: Any) -> None:
     p.add_argument("--out", required=True,
                    help="new report file NAME.html (NAME.md and NAME_tables/ go beside it)")
     p.add_argument("--traces", default=None, help="profiler logdir from mhabench profile")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="smallest slowdown factor reported as a regression (default 1.1, "
-                        "as asv compare)")
-    p.add_argument("--repo", default=".",
-                   help="git repository whose history orders the commits (default: the "
-                        "current folder; without the commits there, the dates asv recorded)")
+    add_history_args(p)
     p.add_argument("--validation", default=None, metavar="FILE.json",
                    help="random-config validation written by mhabench validate --save")
     p.set_defaults(func=run)
@@ -28,17 +29,13 @@ def add_command(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.report.build import (
-        DEFAULT_THRESHOLD,
         build_report,
         check_outputs,
         progress,
         write_report,
     )
 
-    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-    if not threshold > 1:
-        raise CLIError(f"--threshold {threshold} is not allowed; it must be above 1 "
-                       "(a slowdown factor, e.g. 1.1)")
+    threshold = history_threshold(args)
     check_outputs(args.out, args.results)  # refuse before any slow work
     validation = None
     if args.validation is not None:
@@ -47,9 +44,6 @@ def run(args: argparse.Namespace) -> int:
         validation = load_validation(args.validation)
     if args.traces is not None and not Path(args.traces).is_dir():
         raise CLIError(f"--traces {args.traces!r} is not a folder")
-    if not Path(args.repo).is_dir():
-        raise CLIError(f"--repo {args.repo!r} is not a folder; give the git checkout whose "
-                       "history orders the commits")
     progress(f"loading {args.results}")
     results = load_results(args, "report")
     traces = None
@@ -58,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
         progress(f"reading traces under {args.traces}")
         traces = breakdown_table(args.traces)
-    report = build_report(results, traces, threshold, repo=args.repo, validation=validation)
+    report = build_report(results, traces, threshold, repo=args.repo, validation=validation,
+                          load_dir=args.load, confirm_dir=args.confirmations)
     progress("rendering plots and writing files")
     paths = write_report(report, args.out)
     print(f"wrote {paths['html']} (Markdown {paths['markdown']}, CSV tables in "

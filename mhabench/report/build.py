@@ -67,20 +67,31 @@ def progress(message: str) -> None:
 def build_report(results: Any, traces: pd.DataFrame | None = None,
                  threshold: float = DEFAULT_THRESHOLD,
                  log: Callable[[str], None] = progress, repo: str | Path | None = None,
-                 validation: dict[str, Any] | None = None) -> Report:
+                 validation: dict[str, Any] | None = None,
+                 load_dir: str | Path | None = None,
+                 confirm_dir: str | Path | None = None) -> Report:
     """Every section of the report from loaded :class:`mhabench.results.Results`.
 
     ``repo``: the git repository whose history orders the commits (else the dates asv
-    recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section.
+    recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section;
+    ``load_dir``: the machine-load records (``mhabench.machine_load``); ``confirm_dir``:
+    the verdicts of ``mhabench confirm``. Both default to their folders beside the results
+    (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
-    from mhabench.analysis.regressions import commit_order
+    from mhabench.analysis.confirmations import load_confirmations
+    from mhabench.analysis.regressions import beside_results, commit_order
     from mhabench.analysis.timemodel import fit_models, underdetermined
+    from mhabench.machine_load import read_records
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
     context = Context.from_results(results, fit_models(results.frame), traces, threshold,
                                    underdetermined=underdetermined(results.frame),
                                    order=commit_order(results.frame, repo),
-                                   validation=validation)
+                                   validation=validation,
+                                   loads=read_records(load_dir or beside_results(
+                                       results.root, "load")),
+                                   confirmations=load_confirmations(
+                                       confirm_dir or beside_results(results.root, "confirm")))
     sections = []
     for sid, title, builder in SECTIONS:
         log(f"section {sid}")

@@ -33,6 +33,10 @@ class Context:
     underdetermined: dict[Key, int] | None = None  # groups too small to fit: their cells
     order: Order | None = None  # commit order for the regression sections
     validation: dict[str, Any] | None = None  # what mhabench validate --save wrote
+    # the machine's load while cells timed: (commit, env, asv cell) -> CellLoad
+    loads: dict[tuple[str, str, str], Any] | None = None
+    # re-measured steps (mhabench confirm): (machine, asv cell, before, after) -> verdict
+    confirmations: dict[tuple[str, str, str, str], Any] | None = None
 
     @classmethod
     def from_results(cls, results: Results, models: dict[Key, TimeModel],

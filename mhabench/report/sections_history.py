@@ -1,28 +1,46 @@
-"""Sections across commits: regressions of ``time_`` cells (asv's step detection, confirmed
-by asv's sample test), and steps in memory and other ``track_`` values (one value per
-commit, asv publish's rule). See :mod:`mhabench.analysis.regressions` for the rules."""
+"""Sections across commits: regressions of ``time_`` cells, and steps in memory and other
+``track_`` values, each judged by the cell's commit-to-commit noise with whole-run shifts
+set apart, and confirmed by re-measurement (``mhabench confirm``). See
+:mod:`mhabench.analysis.regressions` for the rules."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import pandas as pd
 
 from mhabench.analysis.regressions import (
-    STEP_PENALTY,
+    GAMMA,
     TIME_KINDS,
     VALUE_KINDS,
+    Z_CANDIDATE,
+    Z_HOLD,
     Order,
     Step,
+    Verdicts,
     commit_order,
     histories,
     regressions,
     sample_summary,
 )
+from mhabench.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
+
+CONFIRM_COMMAND = "mhabench confirm --results {results}"
 
 
 def _order(ctx: Context) -> Order:
     return ctx.order if ctx.order is not None else commit_order(ctx.results.frame, None)
+
+
+def _verdicts(ctx: Context, kinds: Iterable[str]) -> tuple[Order, Verdicts, int]:
+    """The commit order, every step of the cells of ``kinds`` judged, and how many cells
+    have a history."""
+    order = _order(ctx)
+    cells = histories(ctx.results.frame, order, kinds)
+    return order, regressions(cells, ctx.threshold, ctx.loads, ctx.confirmations,
+                              order), len(cells)
 
 
 def _scale(unit: str) -> tuple[float, str]:
@@ -33,19 +51,20 @@ def _row(step: Step) -> dict[str, object]:
     h = step.history
     scale, unit = _scale(h.unit)
     before = step.before
-    return {"machine": h.machine, "environment": h.env_name, "benchmark": h.benchmark,
-            "cell": h.cell, "unit": unit,
+    return {"verdict": step.verdict, "machine": h.machine, "environment": h.env_name,
+            "benchmark": h.benchmark, "cell": h.cell, "unit": unit,
             "step at commit": h.commits[step.after][:8],
             "position": f"{step.after + 1} of {len(h.commits)}",
             "previous commit": h.commits[before][:8],
             "level before": scale * step.level_before, "level after": scale * step.level_after,
-            "step (after/before)": step.ratio,
+            "step (after/before)": step.ratio, "noise SDs (z)": step.z,
+            "cell's noise between processes": step.noise,
+            "undisturbed commits (before, after)": f"{step.support[0]}, {step.support[1]}",
             "samples before": sample_summary([scale * v for v in h.samples[before] or ()],
                                              scale * h.values[before]),
             "samples after": sample_summary([scale * v for v in h.samples[step.after] or ()],
                                             scale * h.values[step.after]),
-            "asv test": step.test,
-            "confirmed": "n/a" if step.confirmed is None else step.confirmed}
+            "why": step.reason, "asv cell": h.asv_cell}
 
 
 def history_plot(step: Step) -> Plot:
@@ -58,70 +77,129 @@ def history_plot(step: Step) -> Plot:
         xs += [float(i)] * len(samples or ())
         ys += [scale * v for v in samples or ()]
     return Plot(f"{h.benchmark} [{h.cell}] on {h.machine}: {step.ratio:.2f}x at "
-                f"{h.commits[step.after][:8]}", "commit (oldest first)", unit,
-                {"value": ([float(i) for i in x], [scale * v for v in h.values])},
+                f"{h.commits[step.after][:8]} ({step.verdict})", "commit (oldest first)",
+                unit, {"value": ([float(i) for i in x], [scale * v for v in h.values])},
                 dots={"samples": (xs, ys)} if xs else {},
                 xticks=[c[:8] for c in h.commits], marks=[step.after - 0.5], small=True)
 
 
+def runs_table(verdicts: Verdicts) -> Table | None:
+    """Each commit's run: how it moved as a whole, the load recorded, and the verdict."""
+    rows = []
+    for (machine, env, kind), runs in verdicts.runs.items():
+        for run in runs:
+            rows.append({"machine": machine, "environment": env, "kind": kind,
+                         "commit": run.commit[:8], "position": run.position + 1,
+                         "cells": run.cells, "run's level (x cells' own)": run.factor,
+                         "cells moved with it": run.moved_share,
+                         "other processes (cores, median cell)": run.other_cores,
+                         "cells timed under load": run.disturbed_cells,
+                         "run": ("moved as a whole" if run.moved else
+                                 "timed under load" if run.loaded else "")})
+    return Table("runs", "Each commit's run as a whole: its level against its cells' own "
+                 "(1 = typical), the share of cells that moved with it, and the load other "
+                 "processes put on the machine while it timed", pd.DataFrame(rows)) if rows \
+        else None
+
+
+def _run_lines(verdicts: Verdicts, steps: list[Step]) -> list[str]:
+    out = []
+    for (machine, env, kind), run in verdicts.disturbed_runs():
+        held = sum(s.verdict == "disturbed" and s.history.commits[s.after] == run.commit
+                   for s in steps if s.history.machine == machine)
+        what = []
+        if run.moved:
+            what.append(f"ran {run.factor:.2f}x {'slower' if run.factor > 1 else 'faster'} "
+                        f"than its cells' own levels, {run.moved_share:.0%} of its "
+                        f"{run.cells} {kind} cells with it")
+        if run.loaded:
+            what.append(f"other processes took {run.other_cores:.2f} cores (median cell) "
+                        "while it timed")
+        out.append(f"The whole {kind} run of commit {run.commit[:8]} on {machine} ({env}) "
+                   f"{' and '.join(what)}: it is a run that moved, not a regression of each "
+                   f"cell ({held} cell step(s) rest on it alone). Time it again on a quiet "
+                   f"machine: asv run --record-samples --append-samples {run.commit[:8]}^!")
+    return out
+
+
+def _counts(verdicts: Verdicts) -> str:
+    words = {"confirmed": "confirmed by re-measurement", "holds": "hold over the history",
+             "candidate": "candidates", "cleared": "cleared by re-measurement",
+             "disturbed": "rest only on disturbed runs", "noise": "within the noise"}
+    return ", ".join(f"{verdicts.count(v)} {w}" for v, w in words.items())
+
+
+def _rules(kind_text: str, order: Order, cells: int) -> str:
+    return (
+        f"{cells} {kind_text} cells have a history of two or more commits, ordered by "
+        f"{order.source}. A cell's samples at one commit come from one asv process and "
+        "scatter far less than separate processes do, so steps are judged by the cell's "
+        "noise between commits (the robust scale of its commit-to-commit changes, or its "
+        "benchmark's if larger), after setting apart how each whole run moved (a median "
+        "polish of the log values over cells and commits). asv's step detection (its Potts "
+        f"solver, a new level costing {GAMMA:g} noise SDs, and detect_regressions at the "
+        "threshold) finds the upward steps. A step holds when it is at least "
+        f"{Z_HOLD:g} SDs of the difference of its two levels with two or more undisturbed "
+        f"commits on each side; from {Z_CANDIDATE:g} SDs it is a candidate (at the newest "
+        "commit, resting on one commit, or smaller). As in asv, higher is worse.")
+
+
 def regressions_section(ctx: Context) -> Section:
-    order = _order(ctx)
-    cells = histories(ctx.results.frame, order, TIME_KINDS)
+    order, verdicts, cells = _verdicts(ctx, TIME_KINDS)
     if not cells:
         return Section("", "", absent="No time_ cell was measured at two or more commits of "
                                       "one machine and environment: nothing to compare.")
-    steps = regressions(cells, ctx.threshold)
-    confirmed = [s for s in steps if s.confirmed]
     section = Section("", "")
-    section.text.append(
-        f"{len(cells)} time_ cells have a history of two or more commits, ordered by "
-        f"{order.source}. asv's step detection (asv.step_detect, as behind asv publish's "
-        "regressions page) fits a level per run of commits, weighting each commit's median "
-        "by its samples' 99% confidence interval; a new level must cut the weighted "
-        f"deviation by {STEP_PENALTY:g} median CI half-width(s) (asv publish searches this "
-        "penalty itself and then misses most steps in short histories). Each upward step "
-        f"of at least {ctx.threshold:g}x that asv's detect_regressions keeps is tested "
-        "between the commits on either side with asv's own test (asv._stats.is_different: "
-        "Mann-Whitney U at p < 0.002 on the samples, as asv compare; with fewer samples, "
-        "whether the 99% CIs overlap): confirmed only when the samples differ and the new "
-        "commit is at least that factor slower. As in asv, higher is worse.")
-    section.text.append(f"{len(steps)} upward step(s) found, {len(confirmed)} confirmed by "
-                        "the samples." + ("" if len(steps) == len(confirmed) else
-                                          " Unconfirmed steps need more samples per commit "
-                                          "(asv run --append-samples) or are noise."))
-    if steps:
-        section.tables.append(Table("steps", "Upward steps: where, how large, the samples on "
-                                    "both sides and asv's test",
-                                    pd.DataFrame([_row(s) for s in steps])))
-    shown = (confirmed or steps)[:MAX_PLOTS]
-    section.plots = [history_plot(s) for s in shown]
-    if len(confirmed or steps) > len(shown):
-        section.text.append(f"History plots for the first {len(shown)} of them.")
+    section.text.append(_rules("time_", order, cells))
+    section.text += _run_lines(verdicts, verdicts.steps)
+    listed = verdicts.listed()
+    section.text.append(f"{len(verdicts.steps)} upward step(s) of at least "
+                        f"{ctx.threshold:g}x: {_counts(verdicts)}.")
+    if any(s.verdict in ("candidate", "disturbed") for s in listed):
+        section.text.append(
+            "A candidate, or a step resting on a disturbed run, is not yet a regression: "
+            "re-measure it. `" + CONFIRM_COMMAND.format(results=ctx.results.root) + "` re-runs "
+            "each of them (and every step that holds) at the commits on either side in 16 "
+            "fresh interleaved rounds (asv continuous, as the gate's second stage) and saves "
+            "the verdicts beside the results; build the report again and each reads "
+            "confirmed or cleared.")
+    loads = ("recorded" if ctx.loads else "not recorded (no records beside the results: "
+             "runs of mhabench before its load records, or another folder)")
+    section.text.append(f"Machine load while cells timed: {loads}; a cell counts as "
+                        f"disturbed when other processes took {DISTURBED_CORES:g} cores "
+                        "or more while it timed.")
+    if listed:
+        section.tables.append(Table("steps", "Upward steps: the verdict, where, how large "
+                                    "against the cell's noise, and the samples either side",
+                                    pd.DataFrame([_row(s) for s in listed])))
+    runs = runs_table(verdicts)
+    if runs is not None:
+        section.tables.append(runs)
+    shown = [s for s in listed if s.verdict in ("confirmed", "holds", "candidate")]
+    section.plots = [history_plot(s) for s in shown[:MAX_PLOTS]]
+    if len(shown) > MAX_PLOTS:
+        section.text.append(f"History plots for the first {MAX_PLOTS} of {len(shown)} "
+                            "confirmed, holding and candidate steps.")
     return section
 
 
 def values_section(ctx: Context) -> Section:
-    order = _order(ctx)
-    cells = histories(ctx.results.frame, order, VALUE_KINDS)
+    order, verdicts, cells = _verdicts(ctx, VALUE_KINDS)
     if not cells:
         return Section("", "", absent="No peakmem_, mem_ or track_ cell was measured at two or "
                                       "more commits of one machine and environment.")
-    steps = regressions(cells, ctx.threshold, penalty=None, test=False)
     section = Section("", "")
-    section.text.append(
-        f"{len(cells)} peakmem_/mem_/track_ cells have a history of two or more commits "
-        f"(ordered by {order.source}). They hold one value per commit and no samples, so no "
-        "test can confirm a step: a cell is flagged when asv's step detection, run exactly as "
-        "asv publish runs it, finds an upward step that detect_regressions keeps at "
-        f"{ctx.threshold:g}x. peakmem_ is the whole process's peak RSS (imports included), "
-        "so its steps understate the step's own memory change in proportion; for track_ "
-        "values asv counts higher as worse whatever the unit.")
-    if steps:
+    section.text.append(_rules("peakmem_/mem_/track_", order, cells) + (
+        " These hold one value per commit; peakmem_ is the whole process's peak RSS (imports "
+        "included), so its steps understate the step's own memory change in proportion; "
+        "for track_ values asv counts higher as worse whatever the unit."))
+    section.text += _run_lines(verdicts, verdicts.steps)
+    section.text.append(f"{len(verdicts.steps)} upward step(s) of at least "
+                        f"{ctx.threshold:g}x: {_counts(verdicts)}.")
+    listed = verdicts.listed()
+    if listed:
         section.tables.append(Table("steps", "Upward steps in memory and track_ values",
-                                    pd.DataFrame([_row(s) for s in steps]).drop(
-                                        columns=["samples before", "samples after",
-                                                 "confirmed"])))
-        section.plots = [history_plot(s) for s in steps[:MAX_PLOTS]]
-    else:
-        section.text.append("No upward step found.")
+                                    pd.DataFrame([_row(s) for s in listed]).drop(
+                                        columns=["samples before", "samples after"])))
+        section.plots = [history_plot(s) for s in listed[:MAX_PLOTS]]
     return section

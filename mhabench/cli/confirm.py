@@ -1,0 +1,110 @@
+"""``mhabench confirm``: re-measure the report's steps across commits. Every candidate step
+(and every step that holds over the history, or rests on a disturbed run) of a ``time_``
+cell not yet re-measured is re-run at the commits on either side in fresh interleaved
+rounds (the gate's second stage, :func:`mhabench.gate.confirm`); the verdicts go to a new
+``<confirmations>/<UTC time>/confirmations.json``, where ``mhabench report`` reads them.
+Exit status 1 when a step is confirmed, 0 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+from mhabench.cli.common import (
+    CLIError,
+    add_history_args,
+    add_results_args,
+    history_threshold,
+    load_results,
+)
+
+# What re-measurement can decide: asv's test needs samples, which only time_ cells have.
+RECONSIDERED = ("candidate", "holds", "disturbed")
+
+
+def add_command(sub: Any) -> None:
+    p = sub.add_parser("confirm", help="re-measure the report's candidate regressions in "
+                       "fresh interleaved rounds at the commits on either side (asv "
+                       "continuous); the report then reads confirmed or cleared")
+    add_results_args(p)
+    add_history_args(p)
+    p.add_argument("--cell", default=None, metavar="REGEX",
+                   help="only the steps whose cell (asv's name with parameters) matches")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the steps and the asv commands, run nothing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from mhabench.analysis.confirmations import (
+        Confirmation,
+        load_confirmations,
+        save_confirmations,
+    )
+    from mhabench.analysis.regressions import (
+        TIME_KINDS,
+        beside_results,
+        commit_order,
+        histories,
+        regressions,
+    )
+    from mhabench.gate import CONFIRM_ROUNDS, FACTOR, confirm
+    from mhabench.machine_load import read_records
+
+    threshold = history_threshold(args)
+    try:
+        only = re.compile(args.cell) if args.cell is not None else None
+    except re.error as err:
+        raise CLIError(f"--cell {args.cell!r} is not a regular expression ({err})") from err
+    results = load_results(args, "confirm")
+    folder = Path(args.confirmations or beside_results(results.root, "confirm"))
+    order = commit_order(results.frame, args.repo)
+    verdicts = regressions(histories(results.frame, order, TIME_KINDS), threshold,
+                           read_records(args.load or beside_results(results.root, "load")),
+                           load_confirmations(folder), order)
+    steps = [s for s in verdicts.steps if s.verdict in RECONSIDERED
+             and (only is None or only.search(s.history.asv_cell))]
+    if not steps:
+        print("mhabench confirm: no step to re-measure (candidates, steps that hold, steps on "
+              "disturbed runs; those already re-measured are in "
+              f"{folder})")
+        return 0
+    pairs: dict[tuple[str, str, str], list[Any]] = {}
+    for step in steps:
+        h = step.history
+        pairs.setdefault((h.machine, h.commits[step.before], step.commit), []).append(step)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    records = []
+    for index, ((machine, before, after), group) in enumerate(sorted(pairs.items())):
+        cells = sorted({s.history.asv_cell for s in group})
+        print(f"mhabench confirm: {len(cells)} cell(s) on {machine}, {before[:8]} -> "
+              f"{after[:8]}: {CONFIRM_ROUNDS} interleaved rounds each", flush=True)
+        if args.dry_run:
+            print("\n".join(f"  {c}" for c in cells))
+            continue
+        target = folder / stamp / f"{index:02d}-{before[:8]}-{after[:8]}"
+        rows = {row.cell: row for row in confirm(
+            before, after, cells, target, asv_args=["--machine", machine],
+            echo=lambda text: print(text, file=sys.stderr, flush=True))}
+        for cell in cells:
+            row = rows.get(cell)
+            verdict = "confirmed" if row is not None and row.mark == "+" else "cleared"
+            ratio = None if row is None else row.ratio
+            records.append(Confirmation(machine, cell, before, after, verdict, ratio,
+                                        CONFIRM_ROUNDS, FACTOR, datetime.now(UTC).isoformat(),
+                                        str(target)))
+            shown = "n/a" if ratio is None else f"{ratio:.2f}x"
+            print(f"{verdict.upper() if verdict == 'confirmed' else verdict:<9} {shown:>7}  "
+                  f"{cell}", flush=True)
+    if args.dry_run:
+        return 0
+    path = save_confirmations(folder / stamp, records)
+    confirmed = sum(r.verdict == "confirmed" for r in records)
+    print(f"mhabench confirm: {confirmed} of {len(records)} step(s) confirmed; verdicts in "
+          f"{path} (mhabench report reads them)")
+    return 1 if confirmed else 0

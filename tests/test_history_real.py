@@ -1,0 +1,127 @@
+"""The report's regressions on a real history: in a scratch clone, five commits (a base,
+two that change no code, one that makes torch's fused backend 1.5x slower, one more that
+changes no code), each timed by ``asv run --record-samples`` on part of the tiny grid with
+the suite's own settings, then ``mhabench report`` and ``mhabench confirm`` as a user runs
+them. The planted cells must be confirmed at their commit (nine in ten at least), at most
+two cells anywhere else; one planted cell re-measured by ``mhabench confirm`` reads
+"confirmed by 16 interleaved rounds" in the next report.
+
+``python tests/test_history_real.py OUT [BENCH_REGEX]`` builds the same history (all of
+the tiny grid's benchmarks by default) in OUT and prints the report's counts: the figures
+quoted in the notes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
+
+# Two classes of the tiny grid, every backend of both frameworks (39 time_step cells, 9
+# of them torch fused): about 40 s of asv a commit.
+BENCHES = r"^bench_(heads|scaling)\..*time_step"
+PLANTED = ("torch", "fused")
+PLANTED_AT = 3  # the commit that makes it slower, of 5
+
+
+@dataclass
+class History:
+    repo: Path
+    results: Path
+    commits: list[str]
+    env: dict[str, str]
+
+    def mhabench(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``mhabench`` run in the scratch clone with its own copy of the package."""
+        return subprocess.run([sys.executable, "-m", "mhabench.cli", *args], cwd=self.repo,
+                              env=self.env, capture_output=True, text=True, timeout=1800)
+
+    def report(self, out: Path) -> pd.DataFrame:
+        done = self.mhabench("report", "--results", str(self.results), "--out", str(out))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return pd.read_csv(out.with_name(out.stem + "_tables") / "regressions--steps.csv")
+
+
+def build_history(tmp: Path, home: dict[str, str], benches: str = BENCHES) -> History:
+    repo, base = scratch_clone(tmp)
+    commits = [base, same_code_commit(repo, "one"), same_code_commit(repo, "two"),
+               plant(repo, {PLANTED}, 0.5, "torch fused 1.5x slower"),
+               same_code_commit(repo, "four")]
+    env = asv_env(home, MHABENCH_GRID="tiny", MHABENCH_LOAD_DIR=str(tmp / "load"))
+    done = subprocess.run([*ASV, "run", "--record-samples", "--machine", "pytest-machine",
+                           "--show-stderr", "-b", benches, f"{base}^..{commits[-1]}"],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=3000)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return History(repo, tmp / "results", commits, env)
+
+
+def planted(table: pd.DataFrame) -> pd.Series:
+    return table["cell"].str.contains(f"framework={PLANTED[0]}, backend={PLANTED[1]},",
+                                      regex=False)
+
+
+@pytest.mark.slow
+def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path,
+                                                                   asv_home) -> None:
+    history = build_history(tmp_path, asv_home)
+    table = history.report(tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    print(table[["verdict", "cell", "step at commit", "step (after/before)",
+                 "noise SDs (z)"]].to_string())
+    at_commit = table["step at commit"] == history.commits[PLANTED_AT][:8]
+    confirmed = table["verdict"].isin(["holds", "confirmed"])
+    cells = _planted_cells(history)
+    hits = table[planted(table) & at_commit & confirmed]
+    assert len(hits) >= 0.9 * cells, (len(hits), cells)
+    elsewhere = table[confirmed & ~(planted(table) & at_commit)]
+    assert len(elsewhere) <= 2, elsewhere.to_string()
+    assert "Machine load while cells timed: recorded" in html
+    assert "regressions--runs.csv" in {p.name for p in (tmp_path / "report_tables").iterdir()}
+
+    # Re-measure one planted cell as a user does: mhabench confirm, then the report again.
+    cell = hits["asv cell"].iloc[0]
+    done = history.mhabench("confirm", "--results", str(history.results), "--cell",
+                            "^" + re.escape(cell) + "$")
+    print(done.stdout, done.stderr[-2000:])
+    assert done.returncode == 1 and "1 of 1 step(s) confirmed" in done.stdout, done.stdout
+    again = history.report(tmp_path / "again.html")
+    row = again[again["asv cell"] == cell]
+    assert row["verdict"].tolist() == ["confirmed"]
+    assert "confirmed by 16 interleaved rounds" in row["why"].iloc[0]
+    assert not (tmp_path / "results" / "pytest-machine").joinpath("confirm").exists()
+
+
+def _planted_cells(history: History) -> int:
+    """How many time_step cells of the planted backend the history timed."""
+    from mhabench.results import load_results
+
+    frame = load_results(history.results).frame
+    rows = frame[(frame["kind"] == "time") & (frame["framework"] == PLANTED[0])
+                 & (frame["backend"] == PLANTED[1])]
+    return rows["cell"].nunique()
+
+
+def main(out: str, benches: str) -> None:
+    import os
+
+    tmp = Path(out)
+    tmp.mkdir(parents=True)
+    home = {"HOME": str(tmp / "home"), "MHABENCH_THREADS": "1"}
+    (tmp / "home").mkdir()
+    subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"],
+                   env={**os.environ, **home}, check=True, capture_output=True)
+    history = build_history(tmp, home, benches)
+    table = history.report(tmp / "report.html")
+    print(table["verdict"].value_counts().to_string())
+    at = table["step at commit"] == history.commits[PLANTED_AT][:8]
+    print("planted cells:", _planted_cells(history), "confirmed at their commit:",
+          int((planted(table) & at & table["verdict"].isin(["holds", "confirmed"])).sum()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ".")
