@@ -34,7 +34,7 @@ SAMPLE_NOISE = 0.01  # SD of a sample around its process's level: what one proce
 def suite(rng: np.random.Generator, cells: int, commits: int,
           steps: dict[int, tuple[int, float]] | None = None,
           runs: dict[int, float] | None = None, process_noise: float = PROCESS_NOISE,
-          samples: int = SAMPLES, kind: str = "time") -> list[History]:
+          samples: int = SAMPLES, kind: str = "time", groups: int = 0) -> list[History]:
     """``cells`` histories over ``commits``: each commit's samples come from one process
     whose level is the cell's times exp(N(0, process_noise)), its samples AR(1)-correlated
     around it (SAMPLE_NOISE); ``steps``: cell -> (first slow commit, factor); ``runs``:
@@ -59,7 +59,8 @@ def suite(rng: np.random.Generator, cells: int, commits: int,
             drawn.append(tuple(s) if kind == "time" else None)
         name = f"bench.Class{c % 3}.{kind}_step"
         out.append(History("m", "env", name, f"cell={c}", kind, "seconds", shas,
-                           tuple(values), tuple(drawn), asv_cell=f"{name}({c})"))
+                           tuple(values), tuple(drawn), asv_cell=f"{name}({c})",
+                           group=f"fw/backend{c % groups}" if groups else ""))
     return out
 
 
@@ -94,6 +95,30 @@ def test_a_persistent_step_holds_at_its_commit() -> None:
         elsewhere += sum(s.verdict == "holds" and not (s.after == 5 and int(
             s.history.cell[5:]) < 8) for s in found)
     assert held >= 36 and elsewhere <= 1, (held, elsewhere)
+
+
+def test_a_backend_that_moved_as_a_group_holds_where_its_cells_alone_cannot() -> None:
+    """The tiny grid's case: cells that scatter 16 % from process to process, 5 commits,
+    one backend's 12 cells (of 72) 1.5x slower from commit 3. A cell alone is about 2.5
+    SDs; the group's median cell is ten. Nine in ten of its cells hold with it, and at
+    most one other cell holds; no other group moves."""
+    rng = np.random.default_rng(10)
+    held = elsewhere = total = 0
+    for _ in range(5):
+        verdicts = regressions(suite(rng, 72, 5, steps={c: (3, 1.5) for c in range(0, 72, 6)},
+                                     process_noise=0.16, groups=6), 1.1)
+        moved = [g for g in verdicts.groups if g.verdict != "noise"]
+        assert [(g.group, g.after, g.verdict) for g in moved] == [
+            ("fw/backend0", f"{3:040x}", "holds")], moved
+        assert 1.3 < moved[0].ratio < 1.7 and moved[0].cells == 12
+        held += sum(verdicts_at(verdicts.steps, c, 3) == ["holds"] for c in range(0, 72, 6))
+        total += 12
+        elsewhere += sum(s.verdict == "holds" and int(s.history.cell[5:]) % 6 != 0
+                         for s in verdicts.steps)
+        alone = regressions([h for h in suite(rng, 72, 5, steps={
+            c: (3, 1.5) for c in range(0, 72, 6)}, process_noise=0.16)], 1.1)
+        assert sum(s.verdict == "holds" for s in alone.steps) <= 6  # without the groups
+    assert held >= 0.9 * total and elsewhere <= 1, (held, total, elsewhere)
 
 
 def test_a_step_at_the_newest_commit_or_on_one_commit_is_a_candidate() -> None:

@@ -7,19 +7,22 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    log values, :mod:`mhabench.analysis.runs`); a run that moved as a whole, or was timed
    while other processes took the machine (``mhabench.machine_load``), is reported as a
    run, not as a regression of each of its cells.
-3. asv's step detection (its Potts solver, :func:`asv.step_detect.solve_potts_approx`,
-   and :func:`asv.step_detect.detect_regressions` with the threshold) finds the upward
-   steps of each cell's run-adjusted log values, a new level costing :data:`GAMMA` times
-   the cell's noise. The noise is the cell's commit-to-commit scatter (its benchmark's,
-   if larger): the samples of one commit come from one process and scatter far less than
-   processes do, so a test on pooled samples (asv compare's Mann-Whitney) calls noise a
-   change; four in five "confirmed" steps of a real history were noise that way.
-4. Each step's size over its noise (``z``: the level change over the SD of the two
-   levels) and its support decide: it **holds** when ``z >= Z_HOLD`` with at least two
-   undisturbed commits on each side; otherwise, from ``Z_CANDIDATE`` up, it is a
-   **candidate** (at the newest commit, resting on one commit, or below ``Z_HOLD``);
-   a step resting only on disturbed runs is **disturbed**; the rest is noise.
-5. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
+3. asv's step detection finds the upward steps of each cell's run-adjusted log values
+   (:mod:`mhabench.analysis.steps`). The noise they must beat is the cell's
+   commit-to-commit scatter: the samples of one commit come from one process and scatter
+   far less than processes do, so a test on pooled samples (asv compare's Mann-Whitney)
+   calls noise a change; four in five "confirmed" steps of a real history were noise that
+   way.
+4. Each step's size over its noise and its support decide: it **holds** (enough SDs,
+   two or more undisturbed commits on each side), is a **candidate** (at the newest
+   commit, resting on one commit, or smaller), is **disturbed** (rests only on disturbed
+   runs), or is noise.
+5. A change confined to one framework/backend moves all of its cells at one commit: the
+   median of those cells (each its own process) is judged the same way, with the SD of a
+   median over that many cells (:class:`GroupStep`), and each cell that moved with it at
+   least the threshold takes the group's verdict. On the tiny grid, whose sub-millisecond
+   cells scatter 10-25 % from process to process, only the group can tell a 1.5x step.
+6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
    either side in 16 fresh interleaved rounds (``asv continuous``, the gate's second
    stage); its verdicts (:mod:`mhabench.analysis.confirmations`) make a step
    **confirmed** or **cleared**.
@@ -37,28 +40,22 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from asv import step_detect
 
 from mhabench.analysis.confirmations import Confirmation
 from mhabench.analysis.runs import Run, log_matrix, noise_scales, run_effects, runs
+from mhabench.analysis.steps import classify, fit_steps, median_se, z_score
 from mhabench.machine_load import CellLoad
 
 TIME_KINDS = ("time",)
 VALUE_KINDS = ("peakmem", "mem", "track")
 HISTORY_KEY = ("machine", "env_name", "benchmark", "cell")
-GAMMA = 3.0  # a new level must cut the absolute deviation by 3 noise SDs (asv's Potts)
-Z_HOLD = 4.0  # a step this many SDs of its two levels' difference, on 2+ commits a side
-Z_CANDIDATE = 3.0  # from here a step is worth re-measuring
-# A level is a median of its commits: its SE over the mean's, by the number of commits
-# (1 and 2: the mean itself; 4: the mean of the middle two), sqrt(pi / 2) for many.
-MEDIAN_SE = {1: 1.0, 2: 1.0, 3: 1.16, 4: 1.09, 5: 1.2}
-
-
-def median_se(n: int) -> float:
-    return MEDIAN_SE.get(n, math.sqrt(math.pi / 2))
+MIN_GROUP_CELLS = 3  # a framework/backend with fewer cells is judged cell by cell only
+# Which verdict wins when a cell's own step and its group's meet at one commit.
+RANK = {"noise": 0, "disturbed": 1, "candidate": 2, "holds": 3, "cleared": 4, "confirmed": 4}
 # What the report shows for each verdict, and whether it counts as a regression.
 CONFIRMED_VERDICTS = ("confirmed", "holds")
 LISTED_VERDICTS = ("confirmed", "holds", "candidate", "cleared", "disturbed")
@@ -86,6 +83,25 @@ class History:
     values: tuple[float, ...]
     samples: tuple[tuple[float, ...] | None, ...]
     asv_cell: str = ""  # asv's name with parameters (``name(repr, ...)``)
+    group: str = ""  # framework/backend of an attention cell, "" for others
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """A step shared by the cells of one framework/backend at one commit: the median of
+    its cells' run-adjusted changes, judged by the SD of a median over that many cells
+    (each cell's value at a commit comes from its own process)."""
+
+    machine: str
+    env_name: str
+    group: str
+    before: str  # the last commit on the old level, and the first on the new
+    after: str
+    ratio: float
+    z: float
+    cells: int  # cells of the group measured on both sides
+    verdict: str  # holds, candidate or noise (disturbed: rests on disturbed runs)
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,7 @@ class Verdicts:
     """Every upward step of the histories judged, and every run's shift and load."""
 
     steps: list[Step]
+    groups: list[GroupStep] = field(default_factory=list)
     runs: dict[tuple[str, str, str], list[Run]] = field(default_factory=dict)  # (machine,
     # env, kind) -> each commit's run, oldest first
 
@@ -168,6 +185,12 @@ def commit_order(frame: pd.DataFrame, repo: str | Path | None) -> Order:
                  f"the git history of {str(repo)!r} (as asv publish orders it)")
 
 
+def _group(row: Mapping[str, Any]) -> str:
+    framework, backend = row.get("framework"), row.get("backend")
+    return f"{framework}/{backend}" if isinstance(framework, str) and isinstance(
+        backend, str) else ""
+
+
 def histories(frame: pd.DataFrame, order: Order, kinds: Iterable[str]) -> list[History]:
     """Every cell of the given benchmark kinds measured at two or more commits."""
     rank = {c: i for i, c in enumerate(order.commits)}
@@ -186,68 +209,49 @@ def histories(frame: pd.DataFrame, order: Order, kinds: Iterable[str]) -> list[H
                            unit=str(records[0]["unit"]),
                            commits=tuple(str(r["commit"]) for r in records),
                            values=tuple(float(r["value"]) for r in records),
-                           samples=samples, asv_cell=str(records[-1].get("asv_cell") or "")))
+                           samples=samples, asv_cell=str(records[-1].get("asv_cell") or ""),
+                           group=_group(records[-1])))
     return out
-
-def _segments(right: Sequence[int]) -> list[tuple[int, int]]:
-    out, left = [], 0
-    for r in right:
-        out.append((left, r))
-        left = r
-    return out
-
 
 def _judge(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
            threshold: float, confirmations: Mapping[tuple[str, str, str, str], Confirmation],
            runs_at: Mapping[int, Run]) -> list[Step]:
     """The upward steps of one history's run-adjusted log values ``y``."""
-    right, levels, dists = step_detect.solve_potts_approx(list(y), [1.0] * len(y),
-                                                          gamma=GAMMA * sigma)
-    segments = _segments(right)
-    fitted = [(left, r, math.exp(level), float(np.exp(y[left:r]).min()),
-               math.exp(level) * abs(dist / (r - left)))
-              for (left, r), level, dist in zip(segments, levels, dists, strict=True)]
-    _, _, jumps = step_detect.detect_regressions(fitted, threshold - 1)
-    out = []
-    last = len(y) - 1
-    for before, after, _, _ in jumps or ():
-        seg_b = next(s for s in segments if s[0] <= before < s[1])
-        seg_a = next(s for s in segments if s[0] == after)
-        level_b, level_a = (math.exp(levels[segments.index(s)]) for s in (seg_b, seg_a))
-        n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
-        clean = (int((~disturbed[seg_b[0]:seg_b[1]]).sum()),
-                 int((~disturbed[seg_a[0]:seg_a[1]]).sum()))
-        z = math.log(level_a / level_b) / (sigma * math.hypot(median_se(n_b) / math.sqrt(n_b),
-                                                             median_se(n_a) / math.sqrt(n_a)))
-        key = (history.machine, history.asv_cell, history.commits[before],
-               history.commits[after])
-        found = confirmations.get(key)
-        if found is not None:
-            verdict = found.verdict
-            reason = (f"{found.verdict} by {found.rounds} interleaved rounds (asv continuous"
-                      f" at factor {found.factor:g}: "
-                      + ("n/a" if found.ratio is None else f"{found.ratio:.2f}x") + ")")
-        elif not clean[0] or not clean[1]:
-            k = seg_a[0] if not clean[1] else seg_b[0]
-            verdict, reason = "disturbed", "rests only on a disturbed run: " + _why(
-                runs_at.get(k), disturbed[k])
-        elif z >= Z_HOLD and min(clean) >= 2:
-            verdict = "holds"
-            reason = (f"holds over the history: {z:.1f} SDs, {clean[0]} and {clean[1]} "
-                      "undisturbed commits either side")
-        elif z >= Z_CANDIDATE:
-            verdict = "candidate"
-            if seg_a == (last, last + 1):
-                reason = "candidate: at the newest commit"
-            elif min(n_b, n_a) == 1 or min(clean) < 2:
-                reason = "candidate: rests on one commit"
-            else:
-                reason = f"candidate: {z:.1f} SDs, below {Z_HOLD:g}"
-        else:
-            verdict, reason = "noise", f"within the noise ({z:.1f} SDs)"
-        out.append(Step(history, before, after, level_b, level_a, verdict, reason, z, clean,
-                        math.expm1(sigma), found))
-    return out
+    return [_step(history, y, disturbed, sigma, seg_b, seg_a, confirmations, runs_at)
+            for seg_b, seg_a, _ in fit_steps(y, sigma, threshold)]
+
+
+def _step(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
+          seg_b: tuple[int, int], seg_a: tuple[int, int],
+          confirmations: Mapping[tuple[str, str, str, str], Confirmation],
+          runs_at: Mapping[int, Run], group: GroupStep | None = None) -> Step:
+    """One cell's step from the old level's commits ``seg_b`` to the new level's ``seg_a``
+    (indices into its history), judged by its own noise, or by its group's step."""
+    level_b, level_a = (float(np.median(y[a:b])) for a, b in (seg_b, seg_a))
+    n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
+    clean = (int((~disturbed[seg_b[0]:seg_b[1]]).sum()),
+             int((~disturbed[seg_a[0]:seg_a[1]]).sum()))
+    z = z_score(level_a - level_b, sigma, n_b, n_a)
+    before, after = seg_b[1] - 1, seg_a[0]
+    found = confirmations.get((history.machine, history.asv_cell, history.commits[before],
+                               history.commits[after]))
+    if found is not None:
+        verdict = found.verdict
+        reason = (f"{found.verdict} by {found.rounds} interleaved rounds (asv continuous at "
+                  f"factor {found.factor:g}: "
+                  + ("n/a" if found.ratio is None else f"{found.ratio:.2f}x") + ")")
+    elif not clean[0] or not clean[1]:
+        k = seg_a[0] if not clean[1] else seg_b[0]
+        verdict, reason = "disturbed", "rests only on a disturbed run: " + _why(
+            runs_at.get(k), disturbed[k])
+    elif group is not None:
+        verdict, reason = group.verdict, (
+            f"{group.verdict} with its backend: {group.group} moved {group.ratio:.2f}x at "
+            f"{group.after[:8]} over {group.cells} cells ({group.z:.1f} SDs of the group)")
+    else:
+        verdict, reason = classify(z, clean, seg_a, n_b, n_a, len(y) - 1)
+    return Step(history, before, after, math.exp(level_b), math.exp(level_a), verdict,
+                reason, z, clean, math.expm1(sigma), found)
 
 
 def _why(run: Run | None, cell_disturbed: bool) -> str:
@@ -293,13 +297,85 @@ def regressions(histories_: Sequence[History], threshold: float,
                                for k, load in enumerate(row)] for row in cell_loads])
         residuals = x - run[None, :]
         sigmas = noise_scales(residuals, disturbed, [h.benchmark for h in members])
+        cell_steps: dict[int, dict[int, Step]] = {}  # member -> after position -> step
         for i, h in enumerate(members):
             index = [position[c] for c in h.commits]
-            steps = _judge(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
-                           threshold, confirmations,
-                           {j: runs_at[k] for j, k in enumerate(index) if k in runs_at})
-            verdicts.steps += steps
+            own = {j: runs_at[k] for j, k in enumerate(index) if k in runs_at}
+            for step in _judge(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
+                               threshold, confirmations, own):
+                cell_steps.setdefault(i, {})[index[step.after]] = step
+        for group, rows in _group_members(members).items():
+            for found, seg_b, seg_a in _group_steps(
+                    key, group, rows, residuals - level[:, None], disturbed, sigmas, commits,
+                    threshold, run_disturbed):
+                verdicts.groups.append(found)
+                if found.verdict not in ("holds", "candidate"):
+                    continue
+                for i in rows:  # each cell of the group, judged with the group
+                    h = members[i]
+                    index = [position[c] for c in h.commits]
+                    at = {k: j for j, k in enumerate(index)}
+                    b = [at[k] for k in range(*seg_b) if k in at]
+                    a = [at[k] for k in range(*seg_a) if k in at]
+                    if not b or not a or a[0] != b[-1] + 1:
+                        continue
+                    step = _step(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
+                                 (b[0], b[-1] + 1), (a[0], a[-1] + 1), confirmations,
+                                 {j: runs_at[k] for j, k in enumerate(index) if k in runs_at},
+                                 found)
+                    old = cell_steps.get(i, {}).get(seg_a[0])
+                    if step.ratio >= threshold and (old is None or RANK[step.verdict] >= RANK[
+                            old.verdict]):
+                        cell_steps.setdefault(i, {})[seg_a[0]] = step
+        verdicts.steps += [step for i in sorted(cell_steps)
+                           for _, step in sorted(cell_steps[i].items())]
     return verdicts
+
+
+def _group_members(members: Sequence[History]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, h in enumerate(members):
+        if h.group:
+            out.setdefault(h.group, []).append(i)
+    return {g: rows for g, rows in out.items() if len(rows) >= MIN_GROUP_CELLS}
+
+
+def _group_steps(key: tuple[str, str, str], group: str, rows: list[int], deviations: np.ndarray,
+                 disturbed: np.ndarray, sigmas: np.ndarray, commits: Sequence[str],
+                 threshold: float, run_disturbed: np.ndarray
+                 ) -> list[tuple[GroupStep, tuple[int, int], tuple[int, int]]]:
+    """The steps of one framework/backend's median cell (deviations from each cell's own
+    level, run effects removed; a cell's value at a commit where it timed disturbed left
+    out): a median over n cells has an SD of about median_se(n) * sigma / sqrt(n)."""
+    import warnings
+
+    values = np.where(disturbed[rows], np.nan, deviations[rows])
+    counts = np.isfinite(values).sum(axis=0)
+    keep = np.flatnonzero(counts >= MIN_GROUP_CELLS)
+    if len(keep) < 2:
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        g = np.nanmedian(values[:, keep], axis=0)
+    n = int(np.median(counts[keep]))
+    sigma = float(median_se(n) * np.median(sigmas[rows]) / math.sqrt(n))
+    out = []
+    for seg_b, seg_a, change in fit_steps(g, sigma, threshold):
+        n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
+        z = z_score(change, sigma, n_b, n_a)
+        clean = (int((~run_disturbed[keep[seg_b[0]:seg_b[1]]]).sum()),
+                 int((~run_disturbed[keep[seg_a[0]:seg_a[1]]]).sum()))
+        if not min(clean):
+            verdict, reason = "disturbed", "rests only on disturbed runs"
+        else:
+            verdict, reason = classify(z, clean, seg_a, n_b, n_a, len(g) - 1)
+        # back to positions in ``commits`` (the commits the group has enough cells at)
+        span_b, span_a = (int(keep[seg_b[0]]), int(keep[seg_b[1] - 1]) + 1), (
+            int(keep[seg_a[0]]), int(keep[seg_a[1] - 1]) + 1)
+        out.append((GroupStep(key[0], key[1], group, commits[span_b[1] - 1],
+                              commits[span_a[0]], math.exp(change), z, n, verdict, reason),
+                    span_b, span_a))
+    return out
 
 
 def sample_summary(samples: Sequence[float] | None, value: float) -> str:

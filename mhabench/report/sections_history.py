@@ -10,11 +10,8 @@ from collections.abc import Iterable
 import pandas as pd
 
 from mhabench.analysis.regressions import (
-    GAMMA,
     TIME_KINDS,
     VALUE_KINDS,
-    Z_CANDIDATE,
-    Z_HOLD,
     Order,
     Step,
     Verdicts,
@@ -23,6 +20,7 @@ from mhabench.analysis.regressions import (
     regressions,
     sample_summary,
 )
+from mhabench.analysis.steps import GAMMA, Z_CANDIDATE, Z_HOLD
 from mhabench.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
@@ -116,10 +114,28 @@ def _run_lines(verdicts: Verdicts, steps: list[Step]) -> list[str]:
             what.append(f"other processes took {run.other_cores:.2f} cores (median cell) "
                         "while it timed")
         out.append(f"The whole {kind} run of commit {run.commit[:8]} on {machine} ({env}) "
-                   f"{' and '.join(what)}: it is a run that moved, not a regression of each "
-                   f"cell ({held} cell step(s) rest on it alone). Time it again on a quiet "
+                   f"{' and '.join(what)}: a disturbed run, not a regression of each cell "
+                   f"({held} cell step(s) rest on it alone). Time it again on a quiet "
                    f"machine: asv run --record-samples --append-samples {run.commit[:8]}^!")
     return out
+
+
+def groups_table(verdicts: Verdicts) -> Table | None:
+    """Steps shared by the cells of one framework/backend (all but noise)."""
+    rows = [{"verdict": g.verdict, "machine": g.machine, "environment": g.env_name,
+             "framework/backend": g.group, "step at commit": g.after[:8],
+             "previous commit": g.before[:8], "median cell's step (after/before)": g.ratio,
+             "noise SDs (z)": g.z, "cells": g.cells, "why": g.reason}
+            for g in verdicts.groups if g.verdict != "noise"]
+    return Table("groups", "Steps shared by the cells of one framework/backend: the median "
+                 "cell's change, judged against the SD of a median over that many cells",
+                 pd.DataFrame(rows)) if rows else None
+
+
+def _group_lines(verdicts: Verdicts) -> list[str]:
+    return [f"{g.group} on {g.machine} moved {g.ratio:.2f}x at {g.after[:8]} over its {g.cells} "
+            f"cells ({g.z:.1f} SDs of their median): {g.verdict}."
+            for g in verdicts.groups if g.verdict in ("holds", "candidate")]
 
 
 def _counts(verdicts: Verdicts) -> str:
@@ -141,7 +157,10 @@ def _rules(kind_text: str, order: Order, cells: int) -> str:
         "threshold) finds the upward steps. A step holds when it is at least "
         f"{Z_HOLD:g} SDs of the difference of its two levels with two or more undisturbed "
         f"commits on each side; from {Z_CANDIDATE:g} SDs it is a candidate (at the newest "
-        "commit, resting on one commit, or smaller). As in asv, higher is worse.")
+        "commit, resting on one commit, or smaller). A change confined to one "
+        "framework/backend moves all its cells at one commit: their median is judged the "
+        "same way (each cell at a commit is its own process), and a cell that moved with "
+        "it by the threshold or more takes its verdict. As in asv, higher is worse.")
 
 
 def regressions_section(ctx: Context) -> Section:
@@ -152,8 +171,9 @@ def regressions_section(ctx: Context) -> Section:
     section = Section("", "")
     section.text.append(_rules("time_", order, cells))
     section.text += _run_lines(verdicts, verdicts.steps)
+    section.text += _group_lines(verdicts)
     listed = verdicts.listed()
-    section.text.append(f"{len(verdicts.steps)} upward step(s) of at least "
+    section.text.append(f"{len(verdicts.steps)} upward step(s) of a cell of at least "
                         f"{ctx.threshold:g}x: {_counts(verdicts)}.")
     if any(s.verdict in ("candidate", "disturbed") for s in listed):
         section.text.append(
@@ -172,9 +192,7 @@ def regressions_section(ctx: Context) -> Section:
         section.tables.append(Table("steps", "Upward steps: the verdict, where, how large "
                                     "against the cell's noise, and the samples either side",
                                     pd.DataFrame([_row(s) for s in listed])))
-    runs = runs_table(verdicts)
-    if runs is not None:
-        section.tables.append(runs)
+    section.tables += [t for t in (groups_table(verdicts), runs_table(verdicts)) if t]
     shown = [s for s in listed if s.verdict in ("confirmed", "holds", "candidate")]
     section.plots = [history_plot(s) for s in shown[:MAX_PLOTS]]
     if len(shown) > MAX_PLOTS:
