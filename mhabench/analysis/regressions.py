@@ -19,8 +19,8 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    runs), or is noise.
 5. A change confined to one framework/backend moves all of its cells at one commit: the
    median of those cells (each its own process) is judged the same way, with the SD of a
-   median over that many cells (:class:`GroupStep`), and each cell that moved with it at
-   least the threshold takes the group's verdict. On the tiny grid, whose sub-millisecond
+   median over that many cells (:class:`GroupStep`), and each of its cells that moved
+   the same way takes the group's verdict. On the tiny grid, whose sub-millisecond
    cells scatter 10-25 % from process to process, only the group can tell a 1.5x step.
 6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
    either side in 16 fresh interleaved rounds (``asv continuous``, the gate's second
@@ -247,7 +247,8 @@ def _step(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
     elif group is not None:
         verdict, reason = group.verdict, (
             f"{group.verdict} with its backend: {group.group} moved {group.ratio:.2f}x at "
-            f"{group.after[:8]} over {group.cells} cells ({group.z:.1f} SDs of the group)")
+            f"{group.after[:8]} over {group.cells} cells ({group.z:.1f} SDs of the group); "
+            f"this cell {math.exp(level_a - level_b):.2f}x")
     else:
         verdict, reason = classify(z, clean, seg_a, n_b, n_a, len(y) - 1)
     return Step(history, before, after, math.exp(level_b), math.exp(level_a), verdict,
@@ -324,7 +325,9 @@ def regressions(histories_: Sequence[History], threshold: float,
                                  {j: runs_at[k] for j, k in enumerate(index) if k in runs_at},
                                  found)
                     old = cell_steps.get(i, {}).get(seg_a[0])
-                    if step.ratio >= threshold and (old is None or RANK[step.verdict] >= RANK[
+                    # a cell that moved the group's way takes its verdict (its own
+                    # scatter may hide the step: the evidence is the group's)
+                    if step.ratio > 1 and (old is None or RANK[step.verdict] >= RANK[
                             old.verdict]):
                         cell_steps.setdefault(i, {})[seg_a[0]] = step
         verdicts.steps += [step for i in sorted(cell_steps)

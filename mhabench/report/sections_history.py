@@ -159,8 +159,8 @@ def _rules(kind_text: str, order: Order, cells: int) -> str:
         f"commits on each side; from {Z_CANDIDATE:g} SDs it is a candidate (at the newest "
         "commit, resting on one commit, or smaller). A change confined to one "
         "framework/backend moves all its cells at one commit: their median is judged the "
-        "same way (each cell at a commit is its own process), and a cell that moved with "
-        "it by the threshold or more takes its verdict. As in asv, higher is worse.")
+        "same way (each cell at a commit is its own process), and each of its cells that "
+        "moved the same way takes its verdict. As in asv, higher is worse.")
 
 
 def regressions_section(ctx: Context) -> Section:
