@@ -32,6 +32,9 @@ def add_command(sub: Any) -> None:
     add_history_args(p)
     p.add_argument("--cell", default=None, metavar="REGEX",
                    help="only the steps whose cell (asv's name with parameters) matches")
+    p.add_argument("--at", default=None, metavar="COMMIT",
+                   help="only the steps at this commit (the first on the new level; a "
+                        "hash prefix), e.g. the newest")
     p.add_argument("--dry-run", action="store_true",
                    help="list the steps and the asv commands, run nothing")
     p.set_defaults(func=run)
@@ -64,11 +67,15 @@ def run(args: argparse.Namespace) -> int:
     results = load_results(args, "confirm")
     folder = Path(args.confirmations or beside_results(results.root, "confirm"))
     order = commit_order(results.frame, args.repo)
+    if args.at is not None and not any(c.startswith(args.at) for c in order.commits):
+        raise CLIError(f"--at {args.at!r} names no commit of the results; they have "
+                       f"{', '.join(c[:8] for c in order.commits)}")
     verdicts = regressions(histories(results.frame, order, TIME_KINDS), threshold,
                            read_records(args.load or beside_results(results.root, "load")),
                            load_confirmations(folder), order)
     steps = [s for s in verdicts.steps if s.verdict in RECONSIDERED
-             and (only is None or only.search(s.history.asv_cell))]
+             and (only is None or only.search(s.history.asv_cell))
+             and (args.at is None or s.commit.startswith(args.at))]
     if not steps:
         print("mhabench confirm: no step to re-measure (candidates, steps that hold, steps on "
               "disturbed runs; those already re-measured are in "
