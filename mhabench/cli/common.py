@@ -113,8 +113,9 @@ def add_history_args(parser: argparse.ArgumentParser) -> None:
                              "results folder, .asv/confirm)")
 
 
-def history_threshold(args: argparse.Namespace) -> float:
-    """``--threshold`` checked (a slowdown factor above 1), its default filled in."""
+def history_threshold(args: argparse.Namespace, writes_confirmations: bool = False) -> float:
+    """``--threshold`` checked (a slowdown factor above 1), its default filled in; the
+    folders given must exist (``--confirmations`` only where it is read, not written)."""
     threshold = 1.1 if args.threshold is None else args.threshold
     if not threshold > 1:
         raise CLIError(f"--threshold {threshold} is not allowed; it must be above 1 "
@@ -122,7 +123,7 @@ def history_threshold(args: argparse.Namespace) -> float:
     if not Path(args.repo).is_dir():
         raise CLIError(f"--repo {args.repo!r} is not a folder; give the git checkout whose "
                        "history orders the commits")
-    for flag in ("load", "confirmations"):
+    for flag in ("load",) if writes_confirmations else ("load", "confirmations"):
         value = getattr(args, flag)
         if value is not None and not Path(value).is_dir():
             raise CLIError(f"--{flag} {value!r} is not a folder")

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.gate import CONFIRM_ROUNDS, FACTOR, confirm
     from mhabench.machine_load import read_records
 
-    threshold = history_threshold(args)
+    threshold = history_threshold(args, writes_confirmations=True)
     try:
         only = re.compile(args.cell) if args.cell is not None else None
     except re.error as err:
