@@ -1,6 +1,6 @@
 """mhabench: benchmark and profiling suite for multi-head attention in PyTorch and JAX."""
 
-from mhabench.config import AttentionConfig, UnavailableError
+from mhabench.core.config import AttentionConfig, UnavailableError
 
 __all__ = ["AttentionConfig", "UnavailableError"]
 __version__ = "0.1.0"

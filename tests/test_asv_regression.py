@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.gate import table_rows
+from mhabench.suite.gate import table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV = [sys.executable, "-m", "asv"]

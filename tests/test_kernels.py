@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import requires_cuda
 
-from mhabench.config import AttentionConfig, UnavailableError
-from mhabench.cost import cost
-from mhabench.kernels import (
+from mhabench.core.config import AttentionConfig, UnavailableError
+from mhabench.core.cost import cost
+from mhabench.core.kernels import (
     KERNEL_CODES,
     detect_kernel,
     expected_kernel,
@@ -16,7 +16,7 @@ from mhabench.kernels import (
     kernel_from_torch_ops,
     materialises,
 )
-from mhabench.timing import check_runnable, prepare
+from mhabench.measure.timing import check_runnable, prepare
 
 
 def small(**kw) -> AttentionConfig:

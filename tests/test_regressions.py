@@ -20,8 +20,8 @@ from mhabench.analysis.regressions import (
     histories,
     regressions,
 )
+from mhabench.analysis.results import load_results
 from mhabench.report.build import build_report
-from mhabench.results import load_results
 
 SAMPLES, NOISE, STEP = 10, 0.10, 1.3
 

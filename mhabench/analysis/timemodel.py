@@ -45,9 +45,9 @@ import numpy as np
 import pandas as pd
 import scipy.optimize
 
-from mhabench.config import DTYPE_BYTES, AttentionConfig
-from mhabench.cost import TRAIN_FACTOR, cost, step_lengths
-from mhabench.results import config_from_row, latest
+from mhabench.analysis.results import config_from_row, latest
+from mhabench.core.config import DTYPE_BYTES, AttentionConfig
+from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
 FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",

@@ -24,7 +24,7 @@ def add_command(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.gate import FACTOR, SCREEN_FACTOR, gate
+    from mhabench.suite.gate import FACTOR, SCREEN_FACTOR, gate
 
     extra = ["--machine", args.machine] if args.machine else []
     try:

@@ -68,7 +68,7 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
                  threshold: float = DEFAULT_THRESHOLD,
                  log: Callable[[str], None] = progress, repo: str | Path | None = None,
                  validation: dict[str, Any] | None = None) -> Report:
-    """Every section of the report from loaded :class:`mhabench.results.Results`.
+    """Every section of the report from loaded :class:`mhabench.analysis.results.Results`.
 
     ``repo``: the git repository whose history orders the commits (else the dates asv
     recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section.

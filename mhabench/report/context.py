@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.regressions import Order
+from mhabench.analysis.results import Results, calibration_table
 from mhabench.analysis.timemodel import GROUP_KEY, Key, TimeModel, timing_cells
 from mhabench.report.types import Plot
-from mhabench.results import Results, calibration_table
 
 # Everything that names a head sweep except h (MHA: kv_heads follows h).
 SWEEP_KEY = ("machine", "framework", "backend", "device", "dtype", "mode", "batch", "n", "m",
