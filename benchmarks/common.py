@@ -27,10 +27,10 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench.core import backends, kernels
+from mhabench.core import backends
 from mhabench.core.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.core.config import DTYPES as ALL_DTYPES
-from mhabench.measure import allocator, device_time, memory, timing
+from mhabench.measure import allocator, device_time, kernels, memory, timing
 
 GRIDS = ("tiny", "quick", "full")
 T = TypeVar("T")

@@ -260,7 +260,8 @@ def test_torch_fused_runs_cpu_flash_kernel():
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("backend", ["loop", "batched", "fused", "reference"])
 def test_cuda_matches_cpu(framework, backend):
-    from mhabench.core.config import UnavailableError, check_available
+    from mhabench.core.config import UnavailableError
+    from mhabench.measure.timing import check_available
 
     config = small(framework=framework, backend=backend, masked=True, device="cuda")
     try:

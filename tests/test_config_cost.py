@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mhabench.core.config import AttentionConfig, UnavailableError, check_available, preset
+from mhabench.core.config import AttentionConfig, UnavailableError, preset
 from mhabench.core.cost import cost, decoder_step_flops, kv_cache_bytes_per_token, params
+from mhabench.measure.timing import check_available
 
 
 @pytest.mark.parametrize("kwargs, message", [

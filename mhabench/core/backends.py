@@ -1,10 +1,14 @@
-"""Attention backends are plug-ins: one registry holds mhabench's own and a user's.
+"""Attention backends are plug-ins: one registry describes mhabench's own and a user's.
 
-A :class:`Backend` is a name, the framework it runs in, what it supports (modes, grouped
-key/value heads, dropout), whether its attention writes the (b, h, n, m) map, and a
-builder ``build(config, weights) -> layer``. Configs, the asv grid, the agreement tests
-and the report read backends from here only, so a registered backend runs everywhere a
-built-in one does.
+A :class:`Backend` is a description: a name, the framework it runs in, what it supports
+(modes, grouped key/value heads, dropout), whether its attention writes the (b, h, n, m)
+map, and what builds its layer, one of three: ``impl``, one of mhabench's own
+implementations, by name (a layout of mhabench's layer, "reference", "compiled", ...);
+``attend``, an attention function on projected heads; or ``build``, a plug-in's whole
+layer. The registry never imports an implementation: each framework's
+``mhabench.layers.<framework>.steps`` builds a config's layer from its description.
+Configs, the asv grid, the agreement tests and the report read backends from here only,
+so a registered backend runs everywhere a built-in one does.
 
 Two ways to add one:
 
@@ -16,24 +20,25 @@ Two ways to add one:
   weights), so the function gets forward, train and decode steps for free. A function
   that takes a ``causal`` keyword (True: query i of n sits at key position m - n + i)
   gets the no-cache ``prefix`` mode too.
-- :func:`register` of a :class:`Backend` whose ``build`` returns a whole layer called as
-  ``layer(queries, keys, values, valid_lens) -> (b, n, d)``, as the frameworks' own
-  layers (``reference``) are.
+- :func:`register` of a :class:`Backend` whose ``build(config, weights)`` returns a whole
+  layer called as ``layer(queries, keys, values, valid_lens) -> (b, n, d)``, as the
+  frameworks' own layers (``reference``) are.
 
 Plug-ins outside mhabench are loaded the first time the registry is read: every entry
-point of the group ``mhabench.core.backends`` (a module, or a callable that registers when
+point of the group ``mhabench.backends`` (a module, or a callable that registers when
 called) and every module named in ``MHABENCH_BACKENDS`` (comma-separated; for an asv run,
 put the module's folder in ``ASV_PYTHONPATH``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +54,16 @@ class Backend:
 
     name: str
     framework: str
-    build: Callable[[Any, dict[str, Any]], Any] = field(compare=False)
+    # A plug-in's whole layer: build(config, weights) -> layer. Exactly one of build,
+    # attend and impl says what builds the layer.
+    build: Callable[[Any, dict[str, Any]], Any] | None = field(default=None, compare=False)
+    # An attention function on projected heads, run inside mhabench's batched layer;
+    # attend_groups: it takes grouped key/value heads (else the layer repeats them).
+    attend: Callable[..., Any] | None = field(default=None, compare=False)
+    attend_groups: bool = True
+    # mhabench's own implementation, by name: a layout of its layer (loop, batched, fused)
+    # or one of the framework's extras; the framework's steps module knows how to build it.
+    impl: str | None = None
     modes: tuple[str, ...] = ALL_MODES
     gqa: bool = True  # runs kv_heads < heads
     dropout: bool = True  # runs dropout > 0 in train mode
@@ -76,8 +90,14 @@ class Backend:
             if not modes or unknown:
                 raise ValueError(f"modes={modes!r} is not allowed; choose from "
                                  f"{', '.join(ALL_MODES)}")
-        if not callable(self.build):
-            raise ValueError(f"backend {self.name!r}: build={self.build!r} is not callable")
+        given = [k for k in ("build", "attend", "impl") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"backend {self.name!r}: give exactly one of build, attend and "
+                             f"impl (got {', '.join(given) or 'none'})")
+        for key in ("build", "attend"):
+            if getattr(self, key) is not None and not callable(getattr(self, key)):
+                raise ValueError(f"backend {self.name!r}: {key}={getattr(self, key)!r} is "
+                                 "not callable")
 
 
 _REGISTRY: dict[tuple[str, str], Backend] = {}
@@ -89,7 +109,8 @@ def register(backend: Backend, replace: bool = False) -> Backend:
     ``replace`` (registering the very same one again is a no-op)."""
     key = (backend.framework, backend.name)
     old = _REGISTRY.get(key)
-    if old is not None and not replace and (old != backend or old.build is not backend.build):
+    if old is not None and not replace and (old != backend or old.build is not backend.build
+                                            or old.attend is not backend.attend):
         raise ValueError(f"backend {backend.name!r} for {backend.framework} is already "
                          f"registered (by {old.origin}); pass replace=True to replace it")
     _REGISTRY[key] = backend
@@ -109,21 +130,17 @@ def register_attention(name: str, framework: str, attend: Callable[..., Any], *,
         takes_causal = "causal" in inspect.signature(attend).parameters
         modes = ALL_MODES if takes_causal else ("forward", "train", "decode")
 
-    def build(config: Any, weights: dict[str, Any]) -> Any:
-        return layers(config.framework).build_layer(config, weights, "batched",
-                                                    core=(attend, gqa))
-
     origin = getattr(attend, "__module__", None) or "user"
-    return register(Backend(name, framework, build, modes=tuple(modes), gqa=True,
-                            dropout=False, materialises=materialises, summary=summary,
-                            origin=origin))
+    return register(Backend(name, framework, attend=attend, attend_groups=gqa,
+                            modes=tuple(modes), gqa=True, dropout=False,
+                            materialises=materialises, summary=summary, origin=origin))
 
 
 def call_attention(attend: Callable[..., Any], q: Any, k: Any, v: Any, valid_lens: Any,
-                   causal: bool) -> Any:
+                   causal: bool = False) -> Any:
     """Call a registered attention function on projected heads (``causal`` passed only
     when set: a function without the keyword runs every other mode) and check that it
-    returned q's shape, (b, h, n, p). Shared by both frameworks' layers."""
+    returned q's shape, (b, h, n, p)."""
     out = attend(q, k, v, valid_lens, causal=True) if causal else attend(q, k, v, valid_lens)
     if tuple(out.shape) != tuple(q.shape):
         raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
@@ -131,42 +148,38 @@ def call_attention(attend: Callable[..., Any], q: Any, k: Any, v: Any, valid_len
     return out
 
 
-def layers(framework: str) -> Any:
-    """The module that builds mhabench's own layers for ``framework`` (imported on
-    demand): ``build_layer`` and ``build_reference``."""
-    return importlib.import_module(f"mhabench.layers.{framework}.steps")
+@functools.cache
+def checked(attend: Callable[..., Any]) -> Callable[..., Any]:
+    """``attend`` called through :func:`call_attention`, as a layer's ``core`` calls it:
+    ``(q, k, v, valid_lens, causal)``. One wrapper per function, so a JAX layer, which
+    keeps it as a static attribute, reads the same one on every build."""
+    return functools.partial(call_attention, attend)
 
 
-def _own_layer(layout: str, kernel: str | None = None
-               ) -> Callable[[Any, dict[str, Any]], Any]:
-    def build(config: Any, weights: dict[str, Any]) -> Any:
-        if kernel is None:
-            return layers(config.framework).build_layer(config, weights, layout)
-        return layers(config.framework).build_layer(config, weights, layout, kernel=kernel)
-    return build
+Builder = Callable[[Any, dict[str, Any], "Backend"], Any]
 
 
-def _reference(config: Any, weights: dict[str, Any]) -> Any:
-    return layers(config.framework).build_reference(config, weights)
-
-
-def _compiled(config: Any, weights: dict[str, Any]) -> Any:
-    return importlib.import_module("mhabench.layers.torch.compiled").build_layer(config, weights)
-
-
-def _flex(config: Any, weights: dict[str, Any]) -> Any:
-    return importlib.import_module("mhabench.layers.torch.flex").build_layer(config, weights)
+def build(config: Any, weights: dict[str, Any], builders: Mapping[str, Builder]) -> Any:
+    """``config``'s layer with ``weights``, from its backend's description: a plug-in's own
+    ``build``; else ``builders["attend"]`` for an attention function, ``builders[impl]``
+    for one of mhabench's own. Each framework's steps module passes its builders, so the
+    registry imports no implementation."""
+    backend = get(config.framework, config.backend)
+    if backend.build is not None:
+        return backend.build(config, weights)
+    return builders["attend" if backend.attend is not None else backend.impl](
+        config, weights, backend)
 
 
 for _fw in ("torch", "jax"):
-    register(Backend("loop", _fw, _own_layer("loop"), summary="one head at a time"))
-    register(Backend("batched", _fw, _own_layer("batched"),
+    register(Backend("loop", _fw, impl="loop", summary="one head at a time"))
+    register(Backend("batched", _fw, impl="batched",
                      summary="heads folded into the batch axis (the chapter's layout)"))
-    register(Backend("fused", _fw, _own_layer("fused"), library=True, dropout=_fw == "torch",
+    register(Backend("fused", _fw, impl="fused", library=True, dropout=_fw == "torch",
                      summary="torch's scaled_dot_product_attention" if _fw == "torch"
                      else "jax.nn.dot_product_attention"))
-    register(Backend("reference", _fw, _reference, modes=("forward", "train"), gqa=False,
-                     library=True, summary="the framework's own layer"))
+    register(Backend("reference", _fw, impl="reference", modes=("forward", "train"),
+                     gqa=False, library=True, summary="the framework's own layer"))
 # The fused call with one kernel forced and no fallback: torch's SDPA through
 # torch.nn.attention.sdpa_kernel, JAX's dot_product_attention through implementation=.
 # A kernel that cannot take a cell (dtype, GQA, head width, dropout) fails the build with
@@ -176,28 +189,22 @@ FORCED_KERNELS = {"torch": {"flash": ("cpu", "cuda"), "efficient": ("cuda",),
                   "jax": {"xla": ("cpu", "cuda"), "cudnn": ("cuda",)}}
 for _fw, _kernels in FORCED_KERNELS.items():
     for _kernel, _devices in _kernels.items():
-        register(Backend(f"fused_{_kernel}", _fw, _own_layer("fused", _kernel), library=True,
+        register(Backend(f"fused_{_kernel}", _fw, impl="fused", library=True,
                          dropout=_fw == "torch", kernel=_kernel, devices=_devices,
                          summary=f"the fused call forced to its {_kernel} kernel"))
-register(Backend("compiled", "torch", _compiled,
+register(Backend("compiled", "torch", impl="compiled",
                  summary="torch.compile of the batched layout (recompiles are errors)"))
 # FlexAttention has no backward on CPU (torch 2.13 raises for inputs that require grad):
 # train mode on CUDA only.
-register(Backend("flex", "torch", _flex, modes=("forward", "decode", "prefix"), dropout=False,
-                 materialises=False, device_modes=(("cuda", ALL_MODES),),
+register(Backend("flex", "torch", impl="flex", modes=("forward", "decode", "prefix"),
+                 dropout=False, materialises=False, device_modes=(("cuda", ALL_MODES),),
                  summary="FlexAttention under torch.compile: block mask from valid_lens, "
                  "enable_gqa (recompiles are errors)"))
-
-
-def _blockwise(q: Any, k: Any, v: Any, valid_lens: Any, causal: bool = False) -> Any:
-    from mhabench.layers.jax.blockwise import blockwise_attention  # JAX only when it runs
-
-    return blockwise_attention(q, k, v, valid_lens, causal)
-
-
-# An attention function on projected heads, registered the way a plug-in's is.
-register_attention("blockwise", "jax", _blockwise, materialises=False,
-                   summary="online softmax over key blocks (lax.scan), never the whole map")
+# Online softmax over key blocks (mhabench.layers.jax.blockwise), run inside the batched
+# layer the way a plug-in's attention function is.
+register(Backend("blockwise", "jax", impl="blockwise", gqa=True, dropout=False,
+                 materialises=False,
+                 summary="online softmax over key blocks (lax.scan), never the whole map"))
 CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
 # Every built-in, in the order names() lists them.

@@ -4,7 +4,8 @@ Every part of mhabench (implementations, timing, profiling, asv benchmarks, the 
 and the CLI) takes an :class:`AttentionConfig`. Construction validates every field with a
 ``ValueError`` that names the bad value and what is allowed; whether *this machine* can
 run a config (GPU present, framework installed) is a separate question answered by
-:func:`check_available`, so the cost model still works for configs of other machines.
+:func:`mhabench.measure.timing.check_available`, so the cost model still works for configs
+of other machines. This module imports neither torch nor JAX.
 """
 
 from __future__ import annotations
@@ -225,35 +226,6 @@ def framework_installed(framework: str) -> bool:
     module = {"torch": "torch", "jax": "flax"}[framework]
     return importlib.util.find_spec(module) is not None and (
         framework != "jax" or importlib.util.find_spec("jax") is not None)
-
-
-def check_available(config: AttentionConfig) -> None:
-    """Raise :class:`UnavailableError` naming what this machine lacks to run ``config``."""
-    if not framework_installed(config.framework):
-        extra = "torch" if config.framework == "torch" else "jax"
-        raise UnavailableError(
-            f"framework={config.framework!r} is not installed here; "
-            f"install the '{extra}' extra (pip install 'mhabench[{extra}]')")
-    if config.device == "cuda":
-        if config.framework == "torch":
-            import torch
-
-            ok = torch.cuda.is_available()
-        else:
-            ok = _jax_has_gpu()
-        if not ok:
-            raise UnavailableError(
-                f"device='cuda' is not available to {config.framework} on this machine "
-                "(no GPU found); use device='cpu'")
-
-
-def _jax_has_gpu() -> bool:
-    import jax
-
-    try:
-        return bool(jax.devices("gpu"))
-    except RuntimeError:
-        return False
 
 
 # ----- grids and presets ---------------------------------------------------------------

@@ -7,15 +7,13 @@ decides whether the (batch, h, n, m) attention map is written to memory, so the 
 and the report use the kernel, not the backend's name.
 
 :func:`expected_kernel` is a static prediction from the config (used by the cost model
-before anything runs: memory budgets). :func:`detect_kernel` reads what ran: torch's
-profiler op names, or the compiled HLO of a JAX step. The asv suite records the detected
-kernel per cell as :data:`KERNEL_CODES` (``track_kernel``), so the results carry it.
+before anything runs: memory budgets). :func:`mhabench.measure.kernels.detect_kernel`
+reads what ran: torch's profiler op names, or the compiled HLO of a JAX step. The asv
+suite records the detected kernel per cell as :data:`KERNEL_CODES` (``track_kernel``), so
+the results carry it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
@@ -36,20 +34,10 @@ def library_call(config: AttentionConfig) -> bool:
     return backends.get(config.framework, config.backend).library
 
 
-def _own_kernel(config: AttentionConfig) -> str:
+def own_kernel(config: AttentionConfig) -> str:
+    """The code of a backend's own attention (no library call): the map written or not."""
     return "explicit" if backends.get(config.framework, config.backend).materialises \
         else "tiled"
-
-# torch op name (as the profiler lists it) -> kernel. Order matters: first match wins.
-_TORCH_OPS = (
-    ("aten::_scaled_dot_product_flash_attention", "flash"),  # also ..._for_cpu
-    ("aten::_flash_attention_forward", "flash"),
-    ("aten::_scaled_dot_product_efficient_attention", "efficient"),
-    ("aten::_efficient_attention_forward", "efficient"),
-    ("aten::_scaled_dot_product_cudnn_attention", "cudnn"),
-    ("aten::_cudnn_attention_forward", "cudnn"),
-    ("aten::_scaled_dot_product_attention_math", "math"),
-)
 
 
 def materialises(kernel: str) -> bool:
@@ -69,10 +57,10 @@ def expected_kernel(config: AttentionConfig) -> str:
     is active in training (then math). On CUDA the rules of torch's dispatcher are
     approximated conservatively: flash for 16-bit, unmasked MHA or GQA with head width a
     multiple of 8 up to 256; efficient for other MHA with a multiple-of-8 head width;
-    math otherwise (float32 GQA, head width 4, ...). What ran is :func:`detect_kernel`'s.
+    math otherwise (float32 GQA, head width 4, ...). What ran: ``measure.kernels``.
     """
     if not library_call(config):
-        return _own_kernel(config)
+        return own_kernel(config)
     forced = backends.get(config.framework, config.backend).kernel
     if forced is not None:
         return forced
@@ -88,35 +76,3 @@ def expected_kernel(config: AttentionConfig) -> str:
     if aligned and not gqa:
         return "efficient"
     return "math"
-
-
-def kernel_from_torch_ops(names: Any) -> str | None:
-    """The SDPA kernel among profiler op ``names``, or None if no SDPA op ran."""
-    names = list(names)
-    for prefix, kernel in _TORCH_OPS:
-        if any(name.startswith(prefix) for name in names):
-            return kernel
-    return None
-
-
-def kernel_from_hlo(hlo_text: str) -> str:
-    """cuDNN if the compiled HLO calls a cuDNN fused-attention custom call, else XLA."""
-    return "cudnn" if "__cudnn$fmha" in hlo_text or "cudnn$fmha" in hlo_text else "xla"
-
-
-def detect_kernel(config: AttentionConfig, step: Callable[[], Any]) -> str:
-    """The attention kernel that one call of the prepared ``step`` of ``config`` ran."""
-    if not library_call(config):
-        return _own_kernel(config)
-    if config.framework == "jax":
-        compiled = getattr(step, "compiled", None)
-        if compiled is None:
-            raise ValueError(f"{config.id}: the step carries no compiled JAX function")
-        return kernel_from_hlo(compiled.as_text())
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step()
-    found = kernel_from_torch_ops(event.name for event in prof.events())
-    # No SDPA op at all: the layer computed attention with explicit ops (the map is written).
-    return found or "math"

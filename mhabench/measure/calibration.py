@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from mhabench.core.config import DTYPE_BYTES, AttentionConfig, check_available
-from mhabench.measure.timing import float32_matmul_precision
+from mhabench.core.config import DTYPE_BYTES, AttentionConfig
+from mhabench.measure.timing import check_available, float32_matmul_precision
 
 # Problem sizes per device and grid: large enough to reach the device's peak (an H200 needs
 # an 8192 matmul and a copy far beyond its 60 MB L2), small enough for a 2-core CPU.

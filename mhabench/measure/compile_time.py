@@ -6,7 +6,7 @@
   a steady call (the median of a few). An eager backend reads about 0.
 - JAX (every backend: each step is ``jax.jit`` compiled ahead of time): in-process caches
   cleared (``jax.clear_caches()``) and the persistent compilation cache off; the step's
-  trace + lower + compile, as ``jax_decode.compile_traced`` records it.
+  trace + lower + compile, as ``mhabench.layers.jax.decode.compile_traced`` records it.
 
 Divide by the per-call saving over the eager layout to get the calls it takes to pay the
 compile back (the report's break-even column).

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mhabench.core.config import AttentionConfig, UnavailableError, check_available
+from mhabench.core.config import AttentionConfig, UnavailableError, framework_installed
 from mhabench.core.cost import cost
 from mhabench.measure.allocator import retain_freed_memory, warm_until_settled
 
@@ -100,6 +100,35 @@ def budget_bytes(device: str = "cpu") -> float:
         raise ValueError(f"MHABENCH_MEMORY_BUDGET_GB={raw!r} is not allowed; "
                          "it must be a positive number of GiB")
     return value * 2**30
+
+
+def check_available(config: AttentionConfig) -> None:
+    """Raise :class:`UnavailableError` naming what this machine lacks to run ``config``."""
+    if not framework_installed(config.framework):
+        extra = "torch" if config.framework == "torch" else "jax"
+        raise UnavailableError(
+            f"framework={config.framework!r} is not installed here; "
+            f"install the '{extra}' extra (pip install 'mhabench[{extra}]')")
+    if config.device == "cuda":
+        if config.framework == "torch":
+            import torch
+
+            ok = torch.cuda.is_available()
+        else:
+            ok = _jax_has_gpu()
+        if not ok:
+            raise UnavailableError(
+                f"device='cuda' is not available to {config.framework} on this machine "
+                "(no GPU found); use device='cpu'")
+
+
+def _jax_has_gpu() -> bool:
+    import jax
+
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
 
 
 def check_runnable(config: AttentionConfig) -> None:

@@ -4,14 +4,14 @@ A config's layer and compiled step are built in ``mhabench.layers.jax.steps``.
 
 Weights come from ``mhabench.core.inputs`` in torch's ``(out, in)`` layout; an ``nnx.Linear``
 kernel is ``(in, out)``, so loading transposes. XLA has no views: slicing or concatenating
-a parameter inside a step copies it on every call. So each backend stores its kernels the
+a parameter inside a step copies it on every call. So each layout stores its kernels the
 way its step reads them, packed or split once at load time: ``batched`` four kernels;
 ``loop`` one kernel per head (``q_heads``, ``k_heads``, ``v_heads``, ``o_heads``); ``fused``
 one ``W_qkv`` kernel for a self-attention layer, ``W_q`` and a packed ``W_kv`` for a
 cross-attention layer. Keys and values live as ``(b, h_kv, m, p)``, as in torch: the layout
 the batched scores read with a free reshape, and the one a KV cache is stored in (XLA:CPU
 transposing a (b, m, h, p) cache costs ~15x the attention itself at m = 4096). The fused
-backend hands ``jax.nn.dot_product_attention`` (which groups query heads over fewer
+layout hands ``jax.nn.dot_product_attention`` (which groups query heads over fewer
 key/value heads natively) its (b, m, h_kv, p) view.
 
 Softmax in float32: ``loop`` and ``batched`` upcast the scores, ``jax.nn.dot_product_attention``
@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mhabench.core import backends
 from mhabench.layers.jax.decode import KVCache
 
 # Named scopes (never nested) label the regions in traces and in the compiled HLO's
@@ -73,10 +72,10 @@ def placeholder_init(key: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention; returns the output only (the chapter's NNX version also
     returns the weights, which fused kernels never form). ``self_attention`` picks the
-    fused backend's packing (one QKV kernel, or Q apart from a KV kernel)."""
+    fused layout's packing (one QKV kernel, or Q apart from a KV kernel)."""
 
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
-                 backend: str = "batched", dropout: float = 0.0, *,
+                 layout: str = "batched", dropout: float = 0.0, *,
                  dtype: Any = jnp.float32, rngs: nnx.Rngs | None = None,
                  self_attention: bool = True,
                  core: tuple[Callable[..., Any], bool] | None = None,
@@ -86,21 +85,21 @@ class MultiHeadAttention(nnx.Module):
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
                              f"heads={heads}, kv_heads={kv_heads}")
-        if backend not in ("loop", "batched", "fused"):
-            raise ValueError(f"backend={backend!r}; choose loop, batched or fused")
-        if backend == "fused" and dropout:
+        if layout not in ("loop", "batched", "fused"):
+            raise ValueError(f"layout={layout!r}; choose loop, batched or fused")
+        if layout == "fused" and dropout:
             raise ValueError("jax.nn.dot_product_attention has no dropout; use dropout=0 "
-                             "or the loop/batched backend")
-        if core is not None and backend != "batched":
+                             "or the loop/batched layout")
+        if core is not None and layout != "batched":
             raise ValueError(f"a core attention function runs in the batched layout, "
-                             f"not backend={backend!r}")
+                             f"not layout={layout!r}")
         rngs = nnx.Rngs(params=0, dropout=1) if rngs is None else rngs
-        self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
-        # A registered attention function on projected heads (mhabench.core.backends): a static
-        # attribute, not a pytree node.
+        self.d, self.heads, self.kv_heads, self.layout = d, heads, kv_heads, layout
+        # An attention function on projected heads, attend(q, k, v, valid_lens, causal)
+        # (a plug-in's, wrapped by mhabench.layers.jax.steps): static, not a pytree node.
         self.core = nnx.static(core) if hasattr(nnx, "static") else core
-        if kernel is not None and backend != "fused":
-            raise ValueError(f"a forced kernel needs the fused layout, not backend={backend!r}")
+        if kernel is not None and layout != "fused":
+            raise ValueError(f"a forced kernel needs the fused layout, not layout={layout!r}")
         self.implementation = kernel  # dot_product_attention's: None, "xla" or "cudnn"
         self.p = p = d // heads
         kv_width = kv_heads * p
@@ -114,7 +113,7 @@ class MultiHeadAttention(nnx.Module):
         # Where each shared weight lives: (kernel path, torch-weight slice, axis) parts; a
         # kernel is the concatenation (along its output axis) of its parts, transposed.
         rows = lambda i: slice(i * p, (i + 1) * p)  # noqa: E731 (head i's features)
-        if backend == "loop":
+        if layout == "loop":
             self.q_heads = nnx.List([lin(d, p) for _ in range(heads)])
             self.k_heads = nnx.List([lin(d, p) for _ in range(kv_heads)])
             self.v_heads = nnx.List([lin(d, p) for _ in range(kv_heads)])
@@ -125,17 +124,17 @@ class MultiHeadAttention(nnx.Module):
                                                         ("v", "W_v", 0, kv_heads),
                                                         ("o", "W_o", 1, heads))
                            for i in range(count)]
-        elif backend == "fused" and self_attention:
+        elif layout == "fused" and self_attention:
             self.W_qkv = lin(d, d + 2 * kv_width)  # columns: W_q | W_k | W_v
             self._parts = [("W_qkv", [(n, slice(None), 0) for n in ("W_q", "W_k", "W_v")])]
-        elif backend == "fused":
+        elif layout == "fused":
             self.W_q, self.W_kv = lin(d, d), lin(d, 2 * kv_width)  # W_kv columns: W_k | W_v
             self._parts = [("W_q", [("W_q", slice(None), 0)]),
                            ("W_kv", [(n, slice(None), 0) for n in ("W_k", "W_v")])]
         else:
             self.W_q, self.W_k, self.W_v = lin(d, d), lin(d, kv_width), lin(d, kv_width)
             self._parts = [(n, [(n, slice(None), 0)]) for n in ("W_q", "W_k", "W_v")]
-        if backend != "loop":
+        if layout != "loop":
             self.W_o = lin(d, d)
             self._parts.append(("W_o", [("W_o", slice(None), 0)]))
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
@@ -148,7 +147,7 @@ class MultiHeadAttention(nnx.Module):
         return node.kernel
 
     def load_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Copy torch-layout ``(out, in)`` weights into this backend's kernels."""
+        """Copy torch-layout ``(out, in)`` weights into this layout's kernels."""
         for path, parts in self._parts:
             kernel = self._kernel(path)
             blocks = [weights[n][s] if axis == 0 else weights[n][:, s] for n, s, axis in parts]
@@ -180,11 +179,11 @@ class MultiHeadAttention(nnx.Module):
     def project_kv(self, keys: jax.Array, values: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Projected keys and values, each (b, h_kv, m, p): what a KV cache stores."""
         with region("projections"):
-            if self.backend == "loop":
+            if self.layout == "loop":
                 k = jnp.stack([lin(keys) for lin in self.k_heads], axis=1)
                 v = jnp.stack([lin(values) for lin in self.v_heads], axis=1)
                 return k, v
-            if self.backend == "fused":
+            if self.layout == "fused":
                 kernel = self.W_kv.kernel[...] if hasattr(self, "W_kv") else \
                     self.W_qkv.kernel[...][:, self.d:]  # a self-attention layer: a copy
                 if keys is values:  # one matmul for K and V
@@ -199,7 +198,7 @@ class MultiHeadAttention(nnx.Module):
     def attend(self, queries: jax.Array, k: jax.Array, v: jax.Array,
                valid_lens: jax.Array | None = None, causal: bool = False) -> jax.Array:
         """Output (b, n, d) of queries (b, n, d) over projected k, v (b, h_kv, m, p)."""
-        if self.backend == "loop":
+        if self.layout == "loop":
             keep = keep_mask(queries.shape[1], k.shape[2], valid_lens, causal)
             return self._attend_loop(queries, k, v, keep)
         b, n = queries.shape[:2]
@@ -207,7 +206,7 @@ class MultiHeadAttention(nnx.Module):
             kernel = self.W_qkv.kernel[...][:, :self.d] if hasattr(self, "W_qkv") else \
                 self.W_q.kernel[...]
             q = (queries @ kernel).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
-        if self.backend == "fused":
+        if self.layout == "fused":
             out = self._sdpa(q, k, v, keep_mask(n, k.shape[2], valid_lens, causal))
         elif self.core is not None:
             out = self._attend_core(q, k, v, valid_lens, causal)
@@ -241,7 +240,7 @@ class MultiHeadAttention(nnx.Module):
             return self._output(self._sdpa(q, cache.k, cache.v, keep)), cache
         return self.attend(token, cache.k, cache.v, lens), cache
 
-    # ----- backends ---------------------------------------------------------------------
+    # ----- layouts ----------------------------------------------------------------------
     def _split_heads(self, x, heads):
         # (b, len, heads * p) -> (b, len, heads, p) -> (b, heads, len, p)
         return x.reshape(x.shape[0], x.shape[1], heads, self.p).transpose(0, 2, 1, 3)
@@ -302,7 +301,7 @@ class MultiHeadAttention(nnx.Module):
             k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
         q = q.transpose(0, 2, 1, 3)  # (b, n, h, p) -> (b, h, n, p), the function's layout
         with region("attention"):
-            out = backends.call_attention(attend, q, k, v, valid_lens, causal)
+            out = attend(q, k, v, valid_lens, causal)
         return out.transpose(0, 2, 1, 3)
 
     def _attend_loop(self, queries, k, v, keep):

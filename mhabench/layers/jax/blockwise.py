@@ -6,7 +6,7 @@ max and running sum per query (float32), so at most one (n, block) tile of score
 is live. The backward pass (a ``custom_vjp``) recomputes each tile from the saved
 row max and sum instead of storing the tiles, so a training step never holds the map either.
 
-Semantics match the reference (``jax_attention.masked_softmax``): keys at or past
+Semantics match the reference (``mhabench.layers.jax.attention.masked_softmax``): keys at or past
 ``valid_lens`` (and, with ``causal``, past query i's position m - n + i) score
 :data:`MASK_VALUE`, not -inf, so a query with no valid key averages all m keys uniformly,
 and no gradient flows through a masked score. Keys padded to a whole number of blocks

@@ -12,7 +12,7 @@ attends to them (Exercise 7.2). ``mode="prefix"``: no cache; each step recompute
 attention over the m + 1 tokens and keeps the last position's output.
 
 This module knows the layer only through its methods, so it imports nothing from
-``jax_attention``.
+``attention``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A config's Flax NNX layer and its compiled, blocking step: built by the config's
-registered backend (``mhabench.core.backends``), fed the shared inputs (``mhabench.core.inputs``),
-compiled ahead of time (no compile inside a timed call). The layers themselves are in
-``mhabench.layers.jax.attention``.
+"""A config's Flax NNX layer and its compiled, blocking step: built from the description of
+the config's registered backend (``mhabench.core.backends``) by :data:`BUILDERS`, fed the
+shared inputs (``mhabench.core.inputs``), compiled ahead of time (no compile inside a timed
+call). The layers themselves are in ``mhabench.layers.jax.attention`` (and ``blockwise``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from mhabench.core import backends
+from mhabench.core.backends import Backend
 from mhabench.core.config import AttentionConfig
 from mhabench.core.inputs import init_weights, make_inputs, make_upstream
 from mhabench.layers.jax.attention import MultiHeadAttention, ReferenceAttention, placeholder_init
@@ -47,14 +48,41 @@ def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> 
                               config.dropout, dtype=JAX_DTYPES[config.dtype])
 
 
+def _own(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
+         ) -> nnx.Module:
+    return build_layer(config, weights, backend.impl, kernel=backend.kernel)
+
+
+def _attend(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
+            ) -> nnx.Module:
+    core = (backends.checked(backend.attend), backend.attend_groups)
+    return build_layer(config, weights, "batched", core=core)
+
+
+def _blockwise(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backend
+               ) -> nnx.Module:
+    from mhabench.layers.jax.blockwise import blockwise_attention
+
+    return build_layer(config, weights, "batched",
+                       core=(backends.checked(blockwise_attention), True))
+
+
+# What builds each of mhabench's own JAX backends (``Backend.impl``), and a plug-in's
+# attention function ("attend").
+BUILDERS: dict[str, backends.Builder] = {
+    "loop": _own, "batched": _own, "fused": _own, "attend": _attend,
+    "reference": lambda config, weights, _: build_reference(config, weights),
+    "blockwise": _blockwise}
+
+
 def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None = None
                 ) -> nnx.Module:
     """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), built
-    by the config's registered backend (``mhabench.core.backends``), in evaluation mode
+    from the config's registered backend (``mhabench.core.backends``), in evaluation mode
     (deterministic); ``make_step`` switches train configs to training."""
     weights = init_weights(config) if weights is None else weights
     with jax.default_device(jax_device(config.device)):
-        model = backends.get(config.framework, config.backend).build(config, weights)
+        model = backends.build(config, weights, BUILDERS)
     model.eval()
     return model
 
@@ -84,7 +112,7 @@ def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
     """A ready-to-call, compiled step for ``config`` that blocks until its result is ready:
     a forward pass; a training step (gradients w.r.t. the parameters and the inputs, with a
     fresh dropout key each call, threaded through the compiled function); or a decode-mode
-    step (``jax_decode``). Compilation happens here, outside any clock."""
+    step (``mhabench.layers.jax.decode``). Compilation happens here, outside any clock."""
     model = build_model(config, init_weights(config, seed))
     x = to_arrays(config, make_inputs(config, seed + 1))
     if config.mode == "train":

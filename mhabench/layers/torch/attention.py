@@ -1,8 +1,10 @@
 """PyTorch multi-head attention layers in three layouts (loop, batched, fused), MHA/GQA/MQA.
 
-The batched layout can run a registered attention function instead of its own scores,
-softmax and mixing (``mhabench.core.backends.register_attention``), and the fused layout can be
-forced to one SDPA kernel. A config's layer and step are built in ``mhabench.layers.torch.steps``.
+The layout (``layout=``) says how the heads are computed; a registered backend
+(``mhabench.core.backends``) names a layout or something else. The batched layout can run
+an attention function on projected heads (``core=``: a plug-in's, FlexAttention) instead
+of its own scores, softmax and mixing, and the fused layout can be forced to one SDPA
+kernel. A config's layer and step are built in ``mhabench.layers.torch.steps``.
 
 All backends load one parameter layout (``mhabench.core.inputs``): ``W_q``, ``W_k``, ``W_v``,
 ``W_o``, key/value projections of width ``h_kv * p`` shared by groups of ``h / h_kv`` query
@@ -30,7 +32,6 @@ from torch import nn
 from torch.autograd import profiler as autograd_profiler
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mhabench.core import backends
 from mhabench.core.inputs import WEIGHT_NAMES
 from mhabench.layers.torch.decode import KVCache
 
@@ -93,30 +94,31 @@ def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None) -> torch.Ten
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention; ``backend`` picks how the heads are computed."""
+    """Multi-head attention; ``layout`` picks how the heads are computed."""
 
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
-                 backend: str = "batched", dropout: float = 0.0,
+                 layout: str = "batched", dropout: float = 0.0,
                  core: tuple[Callable[..., Any], bool] | None = None,
                  kernel: str | None = None) -> None:
-        """``core``: a registered attention function on projected heads and whether it
-        takes grouped key/value heads (``mhabench.core.backends.register_attention``); it
-        replaces the batched layout's scores, softmax and mixing. ``kernel``: the SDPA
-        kernel the fused layout is forced to (flash, efficient, cudnn, math)."""
+        """``core``: an attention function on projected heads,
+        ``attend(q, k, v, valid_lens, causal)``, and whether it takes grouped key/value
+        heads (a plug-in's is wrapped by ``mhabench.layers.torch.steps``); it replaces the
+        batched layout's scores, softmax and mixing. ``kernel``: the SDPA kernel the fused
+        layout is forced to (flash, efficient, cudnn, math)."""
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
                              f"heads={heads}, kv_heads={kv_heads}")
-        if backend not in ("loop", "batched", "fused"):
-            raise ValueError(f"backend={backend!r}; choose loop, batched or fused "
+        if layout not in ("loop", "batched", "fused"):
+            raise ValueError(f"layout={layout!r}; choose loop, batched or fused "
                              "(reference: build_model)")
-        if core is not None and backend != "batched":
+        if core is not None and layout != "batched":
             raise ValueError(f"a core attention function runs in the batched layout, "
-                             f"not backend={backend!r}")
-        self.d, self.heads, self.kv_heads, self.backend = d, heads, kv_heads, backend
-        if kernel is not None and backend != "fused":
-            raise ValueError(f"a forced kernel needs the fused layout, not backend={backend!r}")
+                             f"not layout={layout!r}")
+        self.d, self.heads, self.kv_heads, self.layout = d, heads, kv_heads, layout
+        if kernel is not None and layout != "fused":
+            raise ValueError(f"a forced kernel needs the fused layout, not layout={layout!r}")
         self.core = core
         self.sdpa_backends = None if kernel is None else [_sdpa_backend(kernel)]
         self.p = d // heads
@@ -125,7 +127,7 @@ class MultiHeadAttention(nn.Module):
         # Rows of each projection inside the packed weight (fused) and the shapes loaded.
         self._rows = {"W_q": (0, d), "W_k": (d, d + kv_width),
                       "W_v": (d + kv_width, d + 2 * kv_width)}
-        if backend == "fused":
+        if layout == "fused":
             self.W_qkv = nn.Linear(d, d + 2 * kv_width, bias=False)  # rows: W_q; W_k; W_v
         else:
             self.W_q = nn.Linear(d, d, bias=False)
@@ -136,7 +138,7 @@ class MultiHeadAttention(nn.Module):
     # ----- the shared weight layout -----------------------------------------------------
     def weight(self, name: str) -> torch.Tensor:
         """``name``'s (out, in) weight; a view of the packed parameter for fused."""
-        if self.backend != "fused" or name == "W_o":
+        if self.layout != "fused" or name == "W_o":
             return getattr(self, name).weight
         start, stop = self._rows[name]
         return self.W_qkv.weight[start:stop]
@@ -148,7 +150,7 @@ class MultiHeadAttention(nn.Module):
 
     def weight_grads(self) -> dict[str, torch.Tensor | None]:
         """The gradient of each weight of the shared layout (after a backward pass)."""
-        if self.backend != "fused":
+        if self.layout != "fused":
             return {name: getattr(self, name).weight.grad for name in WEIGHT_NAMES}
         packed = self.W_qkv.weight.grad
         grads = {name: None if packed is None else packed[start:stop]
@@ -173,7 +175,7 @@ class MultiHeadAttention(nn.Module):
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Projected keys and values, each (b, h_kv, m, p): what a KV cache stores."""
         with region("projections"):
-            if self.backend == "loop":
+            if self.layout == "loop":
                 # One key/value head at a time through the sliced projections (views).
                 ks, vs = [], []
                 for j in range(self.kv_heads):
@@ -181,7 +183,7 @@ class MultiHeadAttention(nn.Module):
                     ks.append(keys @ self.W_k.weight[rows].T)  # (b, m, p)
                     vs.append(values @ self.W_v.weight[rows].T)
                 return torch.stack(ks, dim=1), torch.stack(vs, dim=1)
-            if self.backend == "fused" and keys is values:
+            if self.layout == "fused" and keys is values:
                 # One matmul for K and V: their rows are adjacent in the packed weight.
                 kv = F.linear(keys, self.W_qkv.weight[self.d:])
                 k, v = kv.split(self.kv_heads * self.p, dim=-1)
@@ -192,12 +194,12 @@ class MultiHeadAttention(nn.Module):
     def attend(self, queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                valid_lens: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
         """Output (b, n, d) of queries (b, n, d) over projected k, v (b, h_kv, m, p)."""
-        if self.backend == "loop":
+        if self.layout == "loop":
             keep = keep_mask(queries.shape[1], k.shape[2], valid_lens, causal, k.device)
             return self._attend_loop(queries, k, v, keep)
         with region("projections"):
             q = self.split_heads(F.linear(queries, self.weight("W_q")), self.heads)  # (b,h,n,p)
-        if self.backend == "fused":
+        if self.layout == "fused":
             out = self._sdpa(q, k, v, valid_lens, causal)
         elif self.core is not None:
             out = self._attend_core(q, k, v, valid_lens, causal)
@@ -207,7 +209,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
-        if self.backend == "fused" and queries is keys and keys is values:
+        if self.layout == "fused" and queries is keys and keys is values:
             q, k, v = self._project_packed(queries)
             return self._output(self._sdpa(q, k, v, valid_lens, causal))
         k, v = self.project_kv(keys, values)
@@ -217,17 +219,17 @@ class MultiHeadAttention(nn.Module):
         """One generation step: the new token (b, 1, d) is projected to q, k, v; k and v
         are written into ``cache`` at its position (in place), which then advances; q
         attends over the cache's grown prefix. Returns (b, 1, d)."""
-        if self.backend == "fused":
+        if self.layout == "fused":
             q, k, v = self._project_packed(token)
         else:
             k, v = self.project_kv(token, token)
         with region("cache"):
             k_all, v_all = cache.append(k, v)  # (b, h_kv, pos + 1, p)
-        if self.backend == "fused":
+        if self.layout == "fused":
             return self._output(self._sdpa(q, k_all, v_all, None, False))
         return self.attend(token, k_all, v_all)
 
-    # ----- backends ---------------------------------------------------------------------
+    # ----- layouts ----------------------------------------------------------------------
     def _project_packed(self, x):
         # Q, K and V of one tensor in one matmul with the packed weight.
         with region("projections"):
@@ -266,7 +268,7 @@ class MultiHeadAttention(nn.Module):
         if g > 1 and not takes_groups:
             k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
         with region("attention"):
-            out = backends.call_attention(attend, q, k, v, valid_lens, causal)
+            out = attend(q, k, v, valid_lens, causal)
         return out
 
     def _attend_loop(self, queries, k, v, keep):

@@ -10,7 +10,7 @@ attends to them (Exercise 7.2). ``mode="prefix"``: no cache; each step recompute
 attention over the m + 1 tokens and keeps the last position's output.
 
 This module knows the layer only through its methods (``project_kv``, ``attend``,
-``decode_step``, ``forward``), so it imports nothing from ``torch_attention``.
+``decode_step``, ``forward``), so it imports nothing from ``attention``.
 """
 
 from __future__ import annotations

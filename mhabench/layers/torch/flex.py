@@ -34,14 +34,10 @@ raises for inputs that require grad) and a backend's modes are the same on every
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from mhabench.core.config import AttentionConfig
-from mhabench.layers.torch.attention import MultiHeadAttention
 from mhabench.layers.torch.compiled import FIRST_CALL_LIMIT
-from mhabench.layers.torch.steps import build_layer as build_torch_layer
 
 
 def key_limit(valid_lens: torch.Tensor | None, causal: bool, n: int, m: int,
@@ -110,10 +106,3 @@ class CompiledFlex:
         with torch.compiler.set_stance("fail_on_recompile"):
             return self.compiled(q, k, v, valid_lens, causal)
 
-
-def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray]
-                ) -> MultiHeadAttention:
-    """The batched layer for ``config`` with ``weights`` whose attention is this layer's
-    own :class:`CompiledFlex` (grouped heads passed as they are; nothing compiles before
-    the first call)."""
-    return build_torch_layer(config, weights, "batched", core=(CompiledFlex(), True))

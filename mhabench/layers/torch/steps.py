@@ -1,7 +1,7 @@
-"""A config's PyTorch layer and its timed step: built by the config's registered backend
-(``mhabench.core.backends``), fed the shared inputs (``mhabench.core.inputs``), and
-synchronised with the device before a call returns. The layers themselves are in
-``mhabench.layers.torch.attention``.
+"""A config's PyTorch layer and its timed step: built from the description of the config's
+registered backend (``mhabench.core.backends``) by :data:`BUILDERS`, fed the shared inputs
+(``mhabench.core.inputs``), and synchronised with the device before a call returns. The
+layers themselves are in ``mhabench.layers.torch.attention`` (and ``compiled``, ``flex``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from mhabench.core import backends
+from mhabench.core.backends import Backend
 from mhabench.core.config import AttentionConfig
 from mhabench.core.inputs import init_weights, make_inputs, make_upstream
 from mhabench.layers.torch.attention import MultiHeadAttention, ReferenceAttention
@@ -41,12 +42,46 @@ def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> 
     return ReferenceAttention(build_layer(config, weights, "batched"))
 
 
+def _own(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
+         ) -> nn.Module:
+    return build_layer(config, weights, backend.impl, kernel=backend.kernel)
+
+
+def _attend(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
+            ) -> nn.Module:
+    core = (backends.checked(backend.attend), backend.attend_groups)
+    return build_layer(config, weights, "batched", core=core)
+
+
+def _compiled(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backend
+              ) -> nn.Module:
+    from mhabench.layers.torch import compiled  # torch.compile only when it runs
+
+    return compiled.build_layer(config, weights)
+
+
+def _flex(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backend) -> nn.Module:
+    from mhabench.layers.torch.flex import CompiledFlex
+
+    # Grouped heads passed as they are; nothing compiles before the first call.
+    return build_layer(config, weights, "batched",
+                       core=(backends.checked(CompiledFlex()), True))
+
+
+# What builds each of mhabench's own torch backends (``Backend.impl``), and a plug-in's
+# attention function ("attend").
+BUILDERS: dict[str, backends.Builder] = {
+    "loop": _own, "batched": _own, "fused": _own, "attend": _attend,
+    "reference": lambda config, weights, _: build_reference(config, weights),
+    "compiled": _compiled, "flex": _flex}
+
+
 def build_model(config: AttentionConfig, weights: dict[str, np.ndarray] | None = None
                 ) -> nn.Module:
     """The module for ``config`` with ``weights`` (default: ``init_weights(config)``), built
-    by the config's registered backend (``mhabench.core.backends``)."""
+    from the config's registered backend (``mhabench.core.backends``)."""
     weights = init_weights(config) if weights is None else weights
-    model = backends.get(config.framework, config.backend).build(config, weights)
+    model = backends.build(config, weights, BUILDERS)
     return model.to(device=config.device, dtype=TORCH_DTYPES[config.dtype])
 
 
@@ -95,7 +130,7 @@ def _make_step(config: AttentionConfig, seed: int) -> Callable[[], Any]:
             leaves.setdefault(id(x[name]), x[name].detach().requires_grad_())
         q, k, v = (leaves[id(x[name])] for name in ("queries", "keys", "values"))
         lens = x["valid_lens"]
-        # The gradient arriving from the layers above (a fixed array, as in jax_attention).
+        # The gradient arriving from the layers above (a fixed array, as in the JAX steps).
         upstream = to_tensors(config, {"g": make_upstream(config, seed + 2)})["g"]
 
         def step() -> Any:
