@@ -1,4 +1,7 @@
-"""mhabench: benchmark and profiling suite for multi-head attention in PyTorch and JAX."""
+"""mhabench: benchmark and profiling suite for multi-head attention in PyTorch and JAX.
+
+The public API is :mod:`mhabench.api`; the two names here stay for older imports.
+"""
 
 from mhabench.core.config import AttentionConfig, UnavailableError
 
