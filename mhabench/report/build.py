@@ -74,11 +74,14 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
     recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section.
     """
     from mhabench.analysis.regressions import commit_order
-    from mhabench.analysis.timemodel import fit_models, underdetermined
+    from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
-    context = Context.from_results(results, fit_models(results.frame), traces, threshold,
-                                   underdetermined=underdetermined(results.frame),
+    cells = timing_cells(results.frame)  # once: the models, the gaps and the sections
+    by_group = groups(results.frame, cells)
+    context = Context.from_results(results, cells, fit_models(results.frame, by_group),
+                                   traces, threshold,
+                                   underdetermined=underdetermined(results.frame, by_group),
                                    order=commit_order(results.frame, repo),
                                    validation=validation)
     sections = []
