@@ -1,5 +1,5 @@
-"""A rehearsal, on the CPU, of the command a lent GPU machine runs (README "On a lent GPU
-machine"): the real bundle script, the real gpu-grid driver, in a simulated device.
+"""A rehearsal, on the CPU, of the command a lent GPU machine runs (docs/gpu.md): the real
+bundle script, the real gpu-grid driver, in a simulated device.
 
 The simulated device is what the device tool gives: a Python whose packages are the
 image's kinds (torch, jax, flax, pandas, ... and no asv), a copy of the working tree with
