@@ -29,7 +29,7 @@ def _git(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def prepare_history(repo: Path, bundle_dir: Path) -> tuple[dict[str, str], str]:
     """Make asv read the history of the commit whose code is in ``repo``.
 
-    With a bundle (``bundle_dir/mhabench.suite.bundle`` and ``commit.txt``), its commit is the
+    With a bundle (``bundle_dir/mhabench.bundle`` and ``commit.txt``), its commit is the
     truth, once the copied files are checked to be exactly that commit's: a tree without
     ``.git`` gets one cloned from the bundle; a tree whose ``.git`` is another commit (a
     stale copy, as a device gave) keeps it untouched, and git is pointed at a clone of the

@@ -4,7 +4,7 @@ Such a machine has its own Python with CUDA builds of torch, jax and flax, no as
 package registry, maybe no ``.git``, and gives back only what is written under ``$OUT``.
 So this driver:
 
-1. rebuilds ``.git`` from the bundle's ``mhabench.suite.bundle`` when the copied tree has none
+1. rebuilds ``.git`` from the bundle's ``mhabench.bundle`` when the copied tree has none
    (asv resolves the commit and its date through git);
 2. runs the preflight (:mod:`mhabench.measure.machine`): torch sees CUDA, JAX lists a GPU, flax
    and asv import, the commit resolves; prints each fact and stops with one line if not;
