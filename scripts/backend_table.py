@@ -21,9 +21,9 @@ import sys
 
 COMPILE = """
 import json, sys
+from mhabench.core.config import AttentionConfig
 from mhabench.measure import timing
 from mhabench.measure.compile_time import compile_seconds
-from mhabench.core.config import AttentionConfig
 timing.configure_process()
 print(json.dumps(compile_seconds(AttentionConfig.from_dict(json.loads(sys.argv[1])))))
 """
