@@ -159,6 +159,20 @@ def checked(attend: Callable[..., Any]) -> Callable[..., Any]:
 Builder = Callable[[Any, dict[str, Any], "Backend"], Any]
 
 
+def layer_builders(build_layer: Callable[..., Any]) -> dict[str, Builder]:
+    """The builders both frameworks share, around their
+    ``build_layer(config, weights, layout, core=, kernel=)``: the three layouts (a forced
+    kernel for the fused one) and an attention function inside the batched layout."""
+    def own(config: Any, weights: dict[str, Any], backend: Backend) -> Any:
+        return build_layer(config, weights, backend.impl, kernel=backend.kernel)
+
+    def attend(config: Any, weights: dict[str, Any], backend: Backend) -> Any:
+        core = (checked(backend.attend), backend.attend_groups)
+        return build_layer(config, weights, "batched", core=core)
+
+    return {"loop": own, "batched": own, "fused": own, "attend": attend}
+
+
 def build(config: Any, weights: dict[str, Any], builders: Mapping[str, Builder]) -> Any:
     """``config``'s layer with ``weights``, from its backend's description: a plug-in's own
     ``build``; else ``builders["attend"]`` for an attention function, ``builders[impl]``

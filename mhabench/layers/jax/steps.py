@@ -48,17 +48,6 @@ def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> 
                               config.dropout, dtype=JAX_DTYPES[config.dtype])
 
 
-def _own(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
-         ) -> nnx.Module:
-    return build_layer(config, weights, backend.impl, kernel=backend.kernel)
-
-
-def _attend(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
-            ) -> nnx.Module:
-    core = (backends.checked(backend.attend), backend.attend_groups)
-    return build_layer(config, weights, "batched", core=core)
-
-
 def _blockwise(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backend
                ) -> nnx.Module:
     from mhabench.layers.jax.blockwise import blockwise_attention
@@ -68,9 +57,9 @@ def _blockwise(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backe
 
 
 # What builds each of mhabench's own JAX backends (``Backend.impl``), and a plug-in's
-# attention function ("attend").
+# attention function ("attend"): the layouts' are shared.
 BUILDERS: dict[str, backends.Builder] = {
-    "loop": _own, "batched": _own, "fused": _own, "attend": _attend,
+    **backends.layer_builders(build_layer),
     "reference": lambda config, weights, _: build_reference(config, weights),
     "blockwise": _blockwise}
 

@@ -42,17 +42,6 @@ def build_reference(config: AttentionConfig, weights: dict[str, np.ndarray]) -> 
     return ReferenceAttention(build_layer(config, weights, "batched"))
 
 
-def _own(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
-         ) -> nn.Module:
-    return build_layer(config, weights, backend.impl, kernel=backend.kernel)
-
-
-def _attend(config: AttentionConfig, weights: dict[str, np.ndarray], backend: Backend
-            ) -> nn.Module:
-    core = (backends.checked(backend.attend), backend.attend_groups)
-    return build_layer(config, weights, "batched", core=core)
-
-
 def _compiled(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backend
               ) -> nn.Module:
     from mhabench.layers.torch import compiled  # torch.compile only when it runs
@@ -63,15 +52,15 @@ def _compiled(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backen
 def _flex(config: AttentionConfig, weights: dict[str, np.ndarray], _: Backend) -> nn.Module:
     from mhabench.layers.torch.flex import CompiledFlex
 
-    # Grouped heads passed as they are; nothing compiles before the first call.
-    return build_layer(config, weights, "batched",
-                       core=(backends.checked(CompiledFlex()), True))
+    # Grouped heads passed as they are; nothing compiles before the first call. Ours, so
+    # no shape check, and no cached wrapper that would keep every layer's graphs alive.
+    return build_layer(config, weights, "batched", core=(CompiledFlex(), True))
 
 
 # What builds each of mhabench's own torch backends (``Backend.impl``), and a plug-in's
-# attention function ("attend").
+# attention function ("attend"): the layouts' are shared.
 BUILDERS: dict[str, backends.Builder] = {
-    "loop": _own, "batched": _own, "fused": _own, "attend": _attend,
+    **backends.layer_builders(build_layer),
     "reference": lambda config, weights, _: build_reference(config, weights),
     "compiled": _compiled, "flex": _flex}
 
