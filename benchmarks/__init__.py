@@ -1,1 +1,2 @@
-"""asv benchmarks for mhabench: one module per question, thin classes over mhabench.timing."""
+"""asv benchmarks for mhabench: one module per question, thin classes over
+mhabench.measure.timing."""

@@ -1,13 +1,13 @@
 """This machine's roofline, per framework, device and dtype: a matmul of known FLOPs and a
 streaming copy of known bytes, so the report can place every attention cell between the
-compute and the memory bound (mhabench.calibration.matmul_flops(size) and
+compute and the memory bound (mhabench.measure.calibration.matmul_flops(size) and
 copy_bytes(mib) turn the times into FLOP/s and bytes/s). Each device gets its own problem
-size (mhabench.calibration.MATMUL_SIZE, COPY_MIB); other size x device cells are skipped.
+size (mhabench.measure.calibration.MATMUL_SIZE, COPY_MIB); other size x device cells are skipped.
 """
 
 import itertools
 
-from mhabench import calibration
+from mhabench.measure import calibration
 
 from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, GRID, THREADS, unsupported_as_skip
 

@@ -1,7 +1,7 @@
 """Compile time is a result: the one-time cold compile of a step (torch.compile, jax.jit).
 
 ``track_compile_seconds`` of Exercise 6.4's cells for the backends that compile
-(``mhabench.compile_time``: in-process caches cleared, on-disk caches off), each in a
+(``mhabench.measure.compile_time``: in-process caches cleared, on-disk caches off), each in a
 process of its own. The report puts it beside the step time, with the calls it takes to
 pay back (compile seconds over the per-call saving against torch's eager batched layout).
 Recompiles are errors in every timed step (the compiled backends run under torch's
@@ -10,8 +10,8 @@ fail-on-recompile stance; JAX steps are compiled ahead of time and cannot recomp
 
 from typing import Any
 
-from mhabench import timing
-from mhabench.compile_time import compile_seconds
+from mhabench.measure import timing
+from mhabench.measure.compile_time import compile_seconds
 
 from .common import (
     DEVICE_PARAMS,

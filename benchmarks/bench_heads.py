@@ -6,7 +6,7 @@ flax.nnx.MultiHeadAttention); then torch.compile, FlexAttention and JAX blockwis
 tiny grid takes blockwise only). The report takes slowest/fastest over h per backend.
 """
 
-from mhabench.config import HEAD_SWEEP
+from mhabench.core.config import HEAD_SWEEP
 
 from .common import (
     DEVICE_PARAMS,

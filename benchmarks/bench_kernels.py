@@ -2,13 +2,13 @@
 
 torch's scaled_dot_product_attention forced to flash, efficient, cudnn or math (through
 ``torch.nn.attention.sdpa_kernel``), JAX's ``dot_product_attention`` forced to xla or
-cudnn (``implementation=``): the ``fused_<kernel>`` backends of ``mhabench.backends``. A
+cudnn (``implementation=``): the ``fused_<kernel>`` backends of ``mhabench.core.backends``. A
 kernel that cannot take a cell (dtype, GQA, head width, device) is n/a with the library's
 reason. On a CPU only flash, math and xla exist; the GPU grid (``scripts/gpu-grid``) runs
 them all, in float32 and bfloat16.
 """
 
-from mhabench.backends import FORCED
+from mhabench.core.backends import FORCED
 
 from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
 

@@ -7,7 +7,7 @@
   and ``MHABENCH_THREADS`` (default 1) become the ``device``, ``dtype`` and ``threads``
   parameters, so all three are recorded in the results.
 - :class:`AttentionBenchmark` turns a parameter cell into an ``AttentionConfig``, asks
-  ``mhabench.timing.prepare`` for the compiled, warmed-up, synchronising step and maps
+  ``mhabench.measure.timing.prepare`` for the compiled, warmed-up, synchronising step and maps
   every "cannot run here" error to ``NotImplementedError`` (asv shows n/a, not failed).
 
 Convention that makes results self-describing: the ``param_names`` of an attention class
@@ -27,9 +27,10 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mhabench import allocator, backends, device_time, kernels, machine_load, memory, timing
-from mhabench.config import DEVICES, AttentionConfig, framework_installed
-from mhabench.config import DTYPES as ALL_DTYPES
+from mhabench.core import backends
+from mhabench.core.config import DEVICES, AttentionConfig, framework_installed
+from mhabench.core.config import DTYPES as ALL_DTYPES
+from mhabench.measure import allocator, device_time, kernels, machine_load, memory, timing
 
 GRIDS = ("tiny", "quick", "full")
 T = TypeVar("T")
@@ -198,13 +199,13 @@ class AttentionBenchmark(abc.ABC):
       enough samples for asv's Mann-Whitney test (``asv continuous``/``compare``) to call
       a change significant (7 a side at least).
     - after every sample, what other processes took from the machine
-      (``mhabench.machine_load``), kept beside the results for the regression section.
+      (``mhabench.measure.machine_load``), kept beside the results for the regression section.
     - ``track_step_bytes``: the memory the step itself needs above what was resident
-      (``mhabench.memory``), bytes, lower is better.
+      (``mhabench.measure.memory``), bytes, lower is better.
     - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
-      ``mhabench.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
+      ``mhabench.core.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
     - ``track_device_seconds`` (CUDA cells, when the grid asks for cuda): the device's busy
-      time per step (``mhabench.device_time``); wall minus device is the host's share.
+      time per step (``mhabench.measure.device_time``); wall minus device is the host's share.
 
     FLOPs, map bytes and seconds per GFLOP are pure functions of the config the parameters
     name, so the report computes them from ``time_step``.

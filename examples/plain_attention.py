@@ -14,7 +14,7 @@ query heads before the call.
 
 import math
 
-from mhabench.backends import register_attention
+from mhabench.api import register_attention
 
 
 def keep(n, m, valid_lens, causal, xp):

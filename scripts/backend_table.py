@@ -4,7 +4,7 @@
 Every backend that runs here times the chapter's cell (batch 8, n 512, d 256, forward) at
 each head count. The cells are interleaved over rounds in one process, so the machine's
 drift hits all of them alike. Then each cell's cold compile is timed in a fresh process
-(``mhabench.compile_time``). Prints a markdown table with the step's median, the compile
+(``mhabench.measure.compile_time``). Prints a markdown table with the step's median, the compile
 seconds and the break-even calls against torch's eager ``batched``.
 
     MHABENCH_THREADS=1 python scripts/backend_table.py [--heads 1 8 64] [--rounds 5]
@@ -21,9 +21,9 @@ import sys
 
 COMPILE = """
 import json, sys
-from mhabench import timing
-from mhabench.compile_time import compile_seconds
-from mhabench.config import AttentionConfig
+from mhabench.core.config import AttentionConfig
+from mhabench.measure import timing
+from mhabench.measure.compile_time import compile_seconds
 timing.configure_process()
 print(json.dumps(compile_seconds(AttentionConfig.from_dict(json.loads(sys.argv[1])))))
 """
@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args(argv)
 
-    from mhabench import backends, timing
-    from mhabench.config import AttentionConfig
+    from mhabench.core import backends
+    from mhabench.core.config import AttentionConfig
+    from mhabench.measure import timing
 
     timing.configure_process()
     configs = []

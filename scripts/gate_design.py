@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=float, default=1.12)
     parser.add_argument("--gate", nargs=3, metavar=("SCREEN", "SCREEN_FACTOR", "CONFIRM"),
                         default=None, help="replay the two-stage gate instead, e.g. "
-                        "8x3 1.07 16x3 (mhabench.gate's settings)")
+                        "8x3 1.07 16x3 (mhabench.suite.gate's settings)")
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--save", default=None)
     parser.add_argument("--load", default=None)

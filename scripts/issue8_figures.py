@@ -1,6 +1,6 @@
 """Figures of issue 8, printed as text (nothing written): one process, 1 thread, every
 variant interleaved with the others for several rounds, medians of all timed calls (through
-mhabench.timing.measure).
+mhabench.measure.timing.measure).
 
     python scripts/issue8_figures.py labels     # torch region labels: before/after, per head
     python scripts/issue8_figures.py decode     # decode step vs KV-cache bytes read per step
@@ -15,9 +15,10 @@ import sys
 
 from torch.autograd import profiler
 
-from mhabench import memory, timing, torch_attention
-from mhabench.config import AttentionConfig
-from mhabench.cost import cost
+from mhabench.core.config import AttentionConfig
+from mhabench.core.cost import cost
+from mhabench.layers.torch import attention as torch_attention
+from mhabench.measure import memory, timing
 
 ROUNDS = 5
 

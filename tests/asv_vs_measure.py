@@ -3,7 +3,7 @@
 asv runs each cell through asv_runner: the suite's own class, its ``setup`` before every
 sample, its ``repeat``/``warmup_time``/``number`` settings. This module runs that very code
 (``asv_runner.discovery.get_benchmark_from_name``, ``do_setup``/``do_run``) and
-:func:`mhabench.timing.measure` on the same cell in one process, alternating them over a
+:func:`mhabench.measure.timing.measure` on the same cell in one process, alternating them over a
 few rounds, so the drift of a shared machine hits both alike; the medians are compared.
 Comparing an earlier ``asv run`` with a later ``measure`` instead mixes in 10-40 % of
 machine drift per cell on these VMs.
@@ -56,7 +56,7 @@ def compare(name: str, index: int, rounds: int) -> dict:
     from asv_runner.discovery import get_benchmark_from_name
 
     from benchmarks.common import WARMUP
-    from mhabench.timing import measure
+    from mhabench.measure.timing import measure
 
     asv_samples: list[float] = []
     measured: list[float] = []

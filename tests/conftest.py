@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.agreement import forward_output
+from mhabench.measure.agreement import forward_output
 
 run_forward = forward_output  # the library's: tests and `mhabench check` share it
 

@@ -1,5 +1,5 @@
 """Freed memory stays in a timing process: a step reuses the memory the previous step
-freed instead of page-faulting on fresh pages (mhabench.allocator). Counted in minor page
+freed instead of page-faulting on fresh pages (mhabench.measure.allocator). Counted in minor page
 faults, not time: each test runs a fresh interpreter, set up as the asv suite sets up its
 processes (benchmarks.common at import, prepare with its warm-up), and once without the
 allocator setting."""
@@ -13,13 +13,13 @@ import sys
 
 import pytest
 
-from mhabench.allocator import minor_faults, retain_freed_memory, warm_until_settled
+from mhabench.measure.allocator import minor_faults, retain_freed_memory, warm_until_settled
 
 PROBE = """
 import json, statistics, sys
-from mhabench import timing
-from mhabench.allocator import minor_faults
-from mhabench.config import AttentionConfig
+from mhabench.measure import timing
+from mhabench.measure.allocator import minor_faults
+from mhabench.core.config import AttentionConfig
 if sys.argv[2] == "retain":
     from benchmarks.common import WARMUP  # configures the process at import, as asv runs it
 else:  # glibc's defaults: the same process set-up without the allocator options

@@ -32,7 +32,7 @@ from scratch import (
     scratch_clone,
 )
 
-from mhabench.gate import table_rows
+from mhabench.suite.gate import table_rows
 
 # A small real part of the suite at its shipped (quick) settings: bench_gqa's GQA cells
 # (batch 2, n 512, d 256, 16 query heads over 4 key/value heads), 15-60 ms a step: the

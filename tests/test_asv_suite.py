@@ -1,5 +1,5 @@
 """The asv suite: its configuration, every benchmark module on the tiny grid, skips that
-show n/a instead of failing, and asv's timings against mhabench.timing.measure.
+show n/a instead of failing, and asv's timings against mhabench.measure.timing.measure.
 
 Benchmark modules read MHABENCH_* and narrow the CPU affinity at import, so everything
 that imports them runs in a subprocess with its own environment.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mhabench import backends
+from mhabench.core import backends
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV = [sys.executable, "-m", "asv"]
@@ -109,7 +109,7 @@ def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
     a cell carries exactly the cell's values (what makes results self-describing)."""
     code = CELLS + """
     import itertools
-    from mhabench.config import AttentionConfig
+    from mhabench.core.config import AttentionConfig
     from benchmarks.common import config_of
     fields = set(AttentionConfig.__dataclass_fields__)
     checked = 0
@@ -236,7 +236,7 @@ def test_every_benchmark_module_runs_on_the_tiny_grid(tiny_asv_run) -> None:
 @pytest.mark.slow
 def test_asv_times_match_mhabench_measure() -> None:
     """asv's timing code (asv_runner with the suite's own classes and quick-grid settings)
-    and mhabench.timing.measure time every ForwardVsTrain cell alike, interleaved in one
+    and mhabench.measure.timing.measure time every ForwardVsTrain cell alike, interleaved in one
     process so machine drift hits both (tests/asv_vs_measure.py): within 5 % geometric
     mean, 15 % per cell. Proves the step synchronises, no compile time or setup leaks into
     asv's clock, and both report the steady state. Six short rounds: with three, a burst of

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from conftest import requires_cuda, run_forward
 
-from mhabench import agreement, backends
-from mhabench.agreement import ATOL
-from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights, make_inputs
+from mhabench.core import backends
+from mhabench.core.config import AttentionConfig
+from mhabench.core.inputs import init_weights, make_inputs
+from mhabench.measure import agreement
+from mhabench.measure.agreement import ATOL
 
 # Every registered backend of both frameworks (built-in ones and any plug-in loaded here).
 IMPLS = [(fw, be) for fw in ("torch", "jax") for be in backends.names(fw)]
@@ -133,12 +134,12 @@ def test_each_backends_own_packing_loads_and_returns_the_shared_layout(framework
                    m=9 if cross else None)
     w = init_weights(config)
     if framework == "torch":
-        from mhabench.torch_steps import build_model
+        from mhabench.layers.torch.steps import build_model
 
         model = build_model(config)
         back = {name: model.weight(name).detach().numpy() for name in w}
     else:
-        from mhabench.jax_steps import build_model
+        from mhabench.layers.jax.steps import build_model
 
         back = build_model(config).weights()
     for name, value in w.items():
@@ -210,10 +211,10 @@ def test_train_gradients_agree_across_backends_and_frameworks():
     import torch
     from flax import nnx
 
-    from mhabench.inputs import make_upstream
-    from mhabench.jax_steps import build_model as jax_model
-    from mhabench.jax_steps import make_step as jax_step
-    from mhabench.torch_steps import build_model
+    from mhabench.core.inputs import make_upstream
+    from mhabench.layers.jax.steps import build_model as jax_model
+    from mhabench.layers.jax.steps import make_step as jax_step
+    from mhabench.layers.torch.steps import build_model
 
     base = small(mode="train", masked=True, kv_heads=2)
     grads = {}
@@ -243,7 +244,7 @@ def test_torch_fused_runs_cpu_flash_kernel():
     """4-D inputs reach the flash kernel on CPU, not the slow math fallback."""
     import torch
 
-    from mhabench.torch_steps import make_step
+    from mhabench.layers.torch.steps import make_step
 
     for masked in (False, True):
         step = make_step(small(backend="fused", masked=masked, n=64))
@@ -259,7 +260,8 @@ def test_torch_fused_runs_cpu_flash_kernel():
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("backend", ["loop", "batched", "fused", "reference"])
 def test_cuda_matches_cpu(framework, backend):
-    from mhabench.config import UnavailableError, check_available
+    from mhabench.core.config import UnavailableError
+    from mhabench.measure.timing import check_available
 
     config = small(framework=framework, backend=backend, masked=True, device="cuda")
     try:

@@ -1,4 +1,4 @@
-"""The JAX blockwise backend (mhabench.jax_blockwise): it computes what the batched layer
+"""The JAX blockwise backend (mhabench.layers.jax.blockwise): it computes what the batched layer
 computes (masks, a query with no valid key, keys that do not fill the last block, grouped
 heads, gradients) without ever forming the (b, h, n, m) attention map."""
 
@@ -11,13 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mhabench import jax_blockwise
-from mhabench.agreement import ATOL, forward_output
-from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights, make_inputs
-from mhabench.jax_attention import keep_mask, masked_softmax
-from mhabench.jax_steps import make_step
-from mhabench.timing import float32_matmul_precision
+from mhabench.core.config import AttentionConfig
+from mhabench.core.inputs import init_weights, make_inputs
+from mhabench.layers.jax import blockwise as jax_blockwise
+from mhabench.layers.jax.attention import keep_mask, masked_softmax
+from mhabench.layers.jax.steps import make_step
+from mhabench.measure.agreement import ATOL, forward_output
+from mhabench.measure.timing import float32_matmul_precision
 
 # m = 300 is not a multiple of the default block (64): the last block is padded.
 CELL = {"framework": "jax", "batch": 2, "n": 5, "m": 300, "d": 24, "heads": 4,
@@ -117,8 +117,8 @@ def test_training_step_memory_grows_with_n_not_with_the_map() -> None:
     (n, block) tiles per head (about 2x). The forward step is not used: XLA:CPU runs the
     batched forward's scores and softmax inside one fusion whose scratch step_bytes does
     not see below n = 2048."""
-    from mhabench.memory import step_bytes
-    from mhabench.timing import prepare
+    from mhabench.measure.memory import step_bytes
+    from mhabench.measure.timing import prepare
 
     def measured(backend: str, n: int) -> int:
         config = AttentionConfig(framework="jax", backend=backend, mode="train", batch=1,

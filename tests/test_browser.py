@@ -5,7 +5,7 @@ resolver maps every host but 127.0.0.1 to NOTFOUND, and every request that is no
 local server is aborted and counted, so a page that needs the internet fails here. Both
 pages are built in a temporary folder from the checked-in asv run
 (tests/fixtures/asv_results): the report by `mhabench report`, the site by `asv publish`
-followed by mhabench.asv_site.vendor_site, the same steps as the main job. Screenshots go
+followed by mhabench.suite.asv_site.vendor_site, the same steps as the main job. Screenshots go
 to $MHABENCH_ARTIFACTS (default artifacts/, not committed).
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
-from mhabench.asv_site import vendor_site
 from mhabench.cli import main as mhabench_main
+from mhabench.suite.asv_site import vendor_site
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mhabench.cli import main
-from mhabench.config import AttentionConfig, UnavailableError
-from mhabench.timing import Measurement, check_runnable, configure_process, measure
+from mhabench.core.config import AttentionConfig, UnavailableError
+from mhabench.measure.timing import Measurement, check_runnable, configure_process, measure
 
 TINY = ["--batch", "2", "-n", "16", "-d", "32", "--heads", "4"]
 

@@ -11,12 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mhabench.compile_time import compile_seconds  # noqa: E402
-from mhabench.config import AttentionConfig  # noqa: E402
-from mhabench.inputs import init_weights  # noqa: E402
-from mhabench.timing import prepare  # noqa: E402
-from mhabench.torch_decode import KVCache  # noqa: E402
-from mhabench.torch_steps import build_model, make_step  # noqa: E402
+from mhabench.core.config import AttentionConfig  # noqa: E402
+from mhabench.core.inputs import init_weights  # noqa: E402
+from mhabench.layers.torch.decode import KVCache  # noqa: E402
+from mhabench.layers.torch.steps import build_model, make_step  # noqa: E402
+from mhabench.measure.compile_time import compile_seconds  # noqa: E402
+from mhabench.measure.timing import prepare  # noqa: E402
 
 RECOMPILE = "Detected recompile"
 
@@ -62,7 +62,7 @@ def test_a_prepared_step_compiles_once_and_runs_under_the_stance(mode):
 def test_a_prepared_step_runs_under_the_profiler_without_recompiling(tmp_path):
     """The profiler's flag is no guard of the compiled graph (the labels of the eager
     layers are left out of it), so ``mhabench profile`` traces a compiled step."""
-    from mhabench.profiling import profile_config
+    from mhabench.measure.profiling import profile_config
 
     config = tiny()
     step = prepare(config)
@@ -124,7 +124,7 @@ def test_jax_steps_compile_once_and_refuse_other_shapes():
     function refuses inputs of another shape instead of compiling again."""
     import jax
 
-    from mhabench.jax_steps import make_step as jax_step
+    from mhabench.layers.jax.steps import make_step as jax_step
 
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mhabench.config import AttentionConfig, UnavailableError, check_available, preset
-from mhabench.cost import cost, decoder_step_flops, kv_cache_bytes_per_token, params
+from mhabench.core.config import AttentionConfig, UnavailableError, preset
+from mhabench.core.cost import cost, decoder_step_flops, kv_cache_bytes_per_token, params
+from mhabench.measure.timing import check_available
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -195,7 +196,7 @@ def test_model_equals_torch_flop_counter(backend, fields):
     train takes the input's gradient too, so each matmul costs exactly 3x."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from mhabench.torch_steps import make_step
+    from mhabench.layers.torch.steps import make_step
 
     config = step_config("torch", backend, fields)
     step = make_step(config)
@@ -207,7 +208,7 @@ def test_model_equals_torch_flop_counter(backend, fields):
 @pytest.mark.parametrize("backend", ["batched", "fused"])
 @pytest.mark.parametrize("fields", STEPS, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
 def test_xla_cost_analysis_is_model_plus_elementwise(backend, fields):
-    from mhabench.jax_steps import make_step
+    from mhabench.layers.jax.steps import make_step
 
     config = step_config("jax", backend, fields)
     analysis = make_step(config).compiled.cost_analysis()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import run_forward
 
-from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights
+from mhabench.core.config import AttentionConfig
+from mhabench.core.inputs import init_weights
 
 ATOL = 1e-4
 BACKENDS = ("loop", "batched", "fused")
@@ -34,14 +34,14 @@ def causal_forward(config: AttentionConfig, x: np.ndarray) -> np.ndarray:
     if config.framework == "torch":
         import torch
 
-        from mhabench.torch_steps import build_model
+        from mhabench.layers.torch.steps import build_model
 
         t = torch.from_numpy(x)
         with torch.no_grad():
             return build_model(config, weights).eval()(t, t, t, causal=True).double().numpy()
     import jax.numpy as jnp
 
-    from mhabench.jax_steps import build_model
+    from mhabench.layers.jax.steps import build_model
 
     a = jnp.asarray(x)
     return np.asarray(build_model(config, weights)(a, a, a, causal=True), dtype=np.float64)
@@ -54,8 +54,8 @@ def decoded(config: AttentionConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndar
     if config.framework == "torch":
         import torch
 
-        from mhabench.torch_decode import KVCache
-        from mhabench.torch_steps import build_model
+        from mhabench.layers.torch.decode import KVCache
+        from mhabench.layers.torch.steps import build_model
 
         model, t = build_model(config, weights).eval(), torch.from_numpy(x)
         with torch.inference_mode():
@@ -68,8 +68,8 @@ def decoded(config: AttentionConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndar
     import jax.numpy as jnp
     from flax import nnx
 
-    from mhabench.jax_decode import compile_decoder, prefill
-    from mhabench.jax_steps import build_model
+    from mhabench.layers.jax.decode import compile_decoder, prefill
+    from mhabench.layers.jax.steps import build_model
 
     graphdef, params, rest = nnx.split(build_model(config, weights), nnx.Param, ...)
     a = jnp.asarray(x)
@@ -129,12 +129,12 @@ def to_numpy(value) -> np.ndarray:
 def test_timed_steps_repeat_identical_bounded_work(framework, backend):
     """The KV-cache step (each call rewinds to the fill level m), the no-cache prefix step
     and repeated calls all give the new token's same output."""
-    from mhabench.torch_steps import make_step as torch_step
+    from mhabench.layers.torch.steps import make_step as torch_step
 
     if framework == "torch":
         make_step = torch_step
     else:
-        from mhabench.jax_steps import make_step
+        from mhabench.layers.jax.steps import make_step
     config = AttentionConfig(framework=framework, backend=backend, batch=2, n=1, m=11, d=24,
                              heads=4, kv_heads=2, mode="decode")
     step = make_step(config)
@@ -151,7 +151,7 @@ def test_timed_steps_repeat_identical_bounded_work(framework, backend):
 def test_cross_decode_with_cached_source_equals_recomputing_it(framework, backend):
     """Exercise 7.2: cached source K/V (mode=decode, cross) compute what recomputing them
     (mode=forward, cross, n=1) does."""
-    from mhabench.timing import prepare
+    from mhabench.measure.timing import prepare
 
     dec = AttentionConfig(framework=framework, backend=backend, batch=3, n=1, m=10, d=24,
                           heads=4, kv_heads=2, mode="decode", cross=True, masked=True)
@@ -162,7 +162,7 @@ def test_cross_decode_with_cached_source_equals_recomputing_it(framework, backen
 def test_torch_cache_refuses_to_overflow():
     import torch
 
-    from mhabench.torch_decode import KVCache
+    from mhabench.layers.torch.decode import KVCache
 
     cache = KVCache.prefilled(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), capacity=3)
     cache.append(torch.ones(1, 1, 1, 4), torch.ones(1, 1, 1, 4))

@@ -1,5 +1,5 @@
-"""A rehearsal, on the CPU, of the command a lent GPU machine runs (README "On a lent GPU
-machine"): the real bundle script, the real gpu-grid driver, in a simulated device.
+"""A rehearsal, on the CPU, of the command a lent GPU machine runs (docs/gpu.md): the real
+bundle script, the real gpu-grid driver, in a simulated device.
 
 The simulated device is what the device tool gives: a Python whose packages are the
 image's kinds (torch, jax, flax, pandas, ... and no asv), a copy of the working tree with
@@ -114,7 +114,7 @@ def test_gpu_grid_rehearsal_returns_results_that_report_as_a_second_machine(
     html = report.read_text()
     assert "rehearsal" in html and "fixture-machine" in html
 
-    from mhabench.results import load_results
+    from mhabench.analysis.results import load_results
 
     loaded = load_results(results)
     assert set(loaded.machine_names) == {"fixture-machine", "rehearsal"}
@@ -174,7 +174,7 @@ def _repo_with_two_commits(tmp: Path) -> tuple[Path, str, str]:
 
 
 def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_path) -> None:
-    from mhabench.bundle import BundleError, prepare_history
+    from mhabench.suite.bundle import BundleError, prepare_history
 
     repo, first, second = _repo_with_two_commits(tmp_path)
     # A .git at the bundle's commit is used as it is.

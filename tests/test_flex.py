@@ -14,11 +14,11 @@ torch = pytest.importorskip("torch")
 from conftest import requires_cuda  # noqa: E402
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
 
-from mhabench.config import AttentionConfig  # noqa: E402
-from mhabench.inputs import init_weights  # noqa: E402
-from mhabench.timing import prepare  # noqa: E402
-from mhabench.torch_flex import CompiledFlex, flex_attend  # noqa: E402
-from mhabench.torch_steps import build_model  # noqa: E402
+from mhabench.core.config import AttentionConfig  # noqa: E402
+from mhabench.core.inputs import init_weights  # noqa: E402
+from mhabench.layers.torch.flex import CompiledFlex, flex_attend  # noqa: E402
+from mhabench.layers.torch.steps import build_model  # noqa: E402
+from mhabench.measure.timing import prepare  # noqa: E402
 
 RECOMPILE = "Detected recompile"
 
@@ -162,7 +162,7 @@ def test_train_mode_runs_on_cuda_only():
 @requires_cuda
 def test_train_gradients_agree_with_the_reference_on_cuda():
     """Every variant of the agreement check on a GPU, train (gradients) included."""
-    from mhabench import agreement
+    from mhabench.measure import agreement
 
     rows = agreement.check("torch", "flex", device="cuda")
     assert all(row.ok for row in rows), [r for r in rows if not r.ok]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.gate import GATE_DIR, _config, cell_pattern, changed_rows, table_rows
+from mhabench.suite.gate import GATE_DIR, _config, cell_pattern, changed_rows, table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_the_gate_confirms_the_way_the_screen_leaned_and_reports_new_failures(
     """The two stages' logic on asv tables (asv itself: test_asv_regression.py): the screen
     passes on "+", "-" and "~" rows; a confirmation flag counts only the way the screen
     leaned; a benchmark that fails on HEAD only ("!") is a regression without confirming."""
-    import mhabench.gate as gate_module
+    import mhabench.suite.gate as gate_module
 
     (tmp_path / "asv.conf.json").write_text('{"version": 1}')
     row = "| {mark:<6} | 20ms | 25ms | {ratio} | " + CELL + " |"

@@ -99,7 +99,7 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
 
 def _planted_cells(history: History) -> int:
     """How many time_step cells of the planted backend the history timed."""
-    from mhabench.results import load_results
+    from mhabench.analysis.results import load_results
 
     frame = load_results(history.results).frame
     rows = frame[(frame["kind"] == "time") & (frame["framework"] == PLANTED[0])

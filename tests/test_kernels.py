@@ -6,17 +6,11 @@ from __future__ import annotations
 import pytest
 from conftest import requires_cuda
 
-from mhabench.config import AttentionConfig, UnavailableError
-from mhabench.cost import cost
-from mhabench.kernels import (
-    KERNEL_CODES,
-    detect_kernel,
-    expected_kernel,
-    kernel_from_hlo,
-    kernel_from_torch_ops,
-    materialises,
-)
-from mhabench.timing import check_runnable, prepare
+from mhabench.core.config import AttentionConfig, UnavailableError
+from mhabench.core.cost import cost
+from mhabench.core.kernels import KERNEL_CODES, expected_kernel, materialises
+from mhabench.measure.kernels import detect_kernel, kernel_from_hlo, kernel_from_torch_ops
+from mhabench.measure.timing import check_runnable, prepare
 
 
 def small(**kw) -> AttentionConfig:

@@ -1,10 +1,12 @@
-"""The package layout: no import cycles between mhabench modules (module-level and
-function-level imports alike), every module imports in a fresh interpreter, and the
-packages stay in small modules."""
+"""The package layout: imports point one way, cli -> suite/report -> analysis -> measure ->
+layers -> core, with no cycle of any kind (module-level, function-level and
+``importlib.import_module``/``__import__`` string targets alike); ``core`` imports neither
+torch nor JAX; every module imports in a fresh interpreter; modules stay small."""
 
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -13,8 +15,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_LINES = 400  # per module of the packages below
-SMALL_PACKAGES = ("cli", "report", "analysis")
+MAX_LINES = 400  # per module, every package
+FRAMEWORKS = ("torch", "jax")  # what an f-string's placeholders in an import target expand to
+# Floors, lowest first: a module imports only from its own floor or lower ones. The
+# package's own __init__ and the public api sit on top.
+FLOORS = {"core": 0, "layers": 1, "measure": 2, "analysis": 3, "report": 4, "suite": 4,
+          "cli": 5, "api": 6}
+FRAMEWORK_MODULES = {"torch", "jax", "jaxlib", "flax"}
 
 
 def modules(package_dir: Path) -> dict[str, Path]:
@@ -28,16 +35,48 @@ def modules(package_dir: Path) -> dict[str, Path]:
     return out
 
 
+def string_targets(node: ast.expr) -> list[str]:
+    """The module names an ``import_module``/``__import__`` argument can take: a string, or
+    an f-string with every placeholder expanded over :data:`FRAMEWORKS`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if not isinstance(node, ast.JoinedStr):
+        return []
+    slots = sum(isinstance(v, ast.FormattedValue) for v in node.values)
+    out = []
+    for fill in itertools.product(FRAMEWORKS, repeat=slots):
+        names = iter(fill)
+        out.append("".join(v.value if isinstance(v, ast.Constant) else next(names)
+                           for v in node.values))
+    return out
+
+
+def dynamic_imports(tree: ast.AST) -> set[str]:
+    """Targets of ``importlib.import_module(...)``, ``import_module(...)`` and
+    ``__import__(...)`` calls anywhere in ``tree``."""
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in ("import_module", "__import__"):
+            out.update(string_targets(node.args[0]))
+    return out
+
+
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The modules of ``known`` that ``name`` imports anywhere in its body (inside
-    functions too: a lazy import is still an arrow between the two modules).
+    functions too: a lazy import is still an arrow between the two modules), string
+    targets of dynamic imports included.
 
     ``from pkg import sub`` names the submodule when there is one, else ``pkg``; a
     package's implicit load of its parent ``__init__`` is not counted (it is no arrow
     back unless the parent itself imports the module)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = dynamic_imports(tree) & known
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
         elif isinstance(node, ast.ImportFrom):
@@ -52,6 +91,19 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
                     out.add(base)
     out.discard(name)
     return out
+
+
+def outside_roots(path: Path) -> set[str]:
+    """The top-level packages outside mhabench that a module imports anywhere (absolute
+    import statements and dynamic-import string targets)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set(dynamic_imports(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return {n.split(".")[0] for n in names} - {"mhabench"}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -99,8 +151,9 @@ def test_mhabench_has_no_import_cycles() -> None:
 
 
 def test_the_cycle_check_finds_a_cycle_when_there_is_one(tmp_path: Path) -> None:
-    """The shape the old layout had: a package module imports its subcommands, which
-    import it back (here lazily, inside a function), plus a relative-import cycle."""
+    """The shapes the old layouts had: a package module imports its subcommands, which
+    import it back (here lazily, inside a function); a relative-import cycle; and a
+    registry that loads its implementations by name (an f-string over the frameworks)."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -110,8 +163,55 @@ def test_the_cycle_check_finds_a_cycle_when_there_is_one(tmp_path: Path) -> None
     (pkg / "sub" / "a.py").write_text("from . import b\n")
     (pkg / "sub" / "b.py").write_text("from .a import thing\n")
     (pkg / "ok.py").write_text("import pkg.cli\n")
-    assert cycles(import_graph(pkg)) == [["pkg.cli", "pkg.report_cli"],
-                                         ["pkg.sub.a", "pkg.sub.b"]]
+    (pkg / "registry.py").write_text(
+        "import importlib\n"
+        "def layers(framework):\n"
+        "    return importlib.import_module(f'pkg.{framework}_steps')\n"
+        "def other():\n    return __import__('pkg.ok')\n")
+    (pkg / "torch_steps.py").write_text("from pkg import registry\n")
+    (pkg / "jax_steps.py").write_text("")
+    graph = import_graph(pkg)
+    assert graph["pkg.registry"] == {"pkg.torch_steps", "pkg.jax_steps", "pkg.ok"}
+    assert cycles(graph) == [["pkg.cli", "pkg.report_cli"],
+                             ["pkg.registry", "pkg.torch_steps"],
+                             ["pkg.sub.a", "pkg.sub.b"]]
+
+
+def floor(name: str) -> int:
+    """``name``'s floor: its package under mhabench (the root ``__init__`` sits on top)."""
+    parts = name.split(".")
+    return FLOORS[parts[1]] if len(parts) > 1 else max(FLOORS.values())
+
+
+def test_imports_point_one_way() -> None:
+    """cli -> suite/report -> analysis -> measure -> layers -> core: no arrow goes up."""
+    graph = import_graph(ROOT / "mhabench")
+    assert {n.split(".")[1] for n in graph if "." in n} <= set(FLOORS)  # each has a floor
+    up = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                if floor(b) > floor(a))
+    assert up == []
+
+
+def test_core_imports_neither_torch_nor_jax() -> None:
+    """Not at module level, not inside a function, not by name: the config, the registry
+    and the cost model work where no framework is installed."""
+    core = {name: path for name, path in modules(ROOT / "mhabench").items()
+            if name.split(".")[:2] == ["mhabench", "core"]}
+    assert "mhabench.core.backends" in core
+    found = {name: roots for name, path in core.items()
+             if (roots := outside_roots(path) & FRAMEWORK_MODULES)}
+    assert found == {}
+    graph = import_graph(ROOT / "mhabench")
+    assert {b for a in core for b in graph[a] if not b.startswith("mhabench.core")} == set()
+
+
+def test_layers_import_nothing_from_the_floors_above() -> None:
+    graph = import_graph(ROOT / "mhabench")
+    above = ("measure", "analysis", "report", "suite", "cli", "api")
+    found = sorted(f"{a} -> {b}" for a, targets in graph.items()
+                   if a.startswith("mhabench.layers") for b in targets
+                   if b == "mhabench" or b.split(".")[1] in above)
+    assert found == []
 
 
 def importable() -> list[str]:
@@ -146,7 +246,6 @@ def test_each_module_imports_alone_in_a_fresh_interpreter() -> None:
 
 
 def test_the_packages_stay_in_small_modules() -> None:
-    long = {name: n for package in SMALL_PACKAGES
-            for name, path in modules(ROOT / "mhabench" / package).items()
+    long = {name: n for name, path in modules(ROOT / "mhabench").items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}

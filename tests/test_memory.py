@@ -1,4 +1,4 @@
-"""The step's own memory (mhabench.memory) and the report's kernel and memory sections, on
+"""The step's own memory (mhabench.measure.memory) and the report's kernel and memory sections, on
 measurements: this CPU, and the real H200 results in tests/fixtures/gpu_results."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.config import AttentionConfig
-from mhabench.cost import cost
-from mhabench.memory import step_bytes
-from mhabench.results import kernel_table, load_results, step_memory_table
-from mhabench.timing import prepare
+from mhabench.analysis.results import kernel_table, load_results, step_memory_table
+from mhabench.core.config import AttentionConfig
+from mhabench.core.cost import cost
+from mhabench.measure.memory import step_bytes
+from mhabench.measure.timing import prepare
 
 GPU = Path(__file__).parent / "fixtures" / "gpu_results"
 

@@ -1,4 +1,4 @@
-"""Backends are plug-ins (mhabench.backends): the README's example backend, loaded from
+"""Backends are plug-ins (mhabench.core.backends): the README's example backend, loaded from
 outside mhabench, passes ``mhabench check``, appears in a tiny asv run of the real suite
 and in the report; an entry point finds it too; a wrong attention fails the check."""
 
@@ -43,7 +43,7 @@ def test_a_wrong_attention_fails_the_check(tmp_path: Path) -> None:
     # grouped key/value heads (the default) but does not handle them: those variants raise.
     (tmp_path / "unscaled.py").write_text(
         "import plain_attention as p\n"
-        "from mhabench.backends import register_attention\n"
+        "from mhabench.api import register_attention\n"
         "def attend(q, k, v, valid_lens):\n"
         "    return p.torch_attend(q * q.shape[-1] ** 0.5, k, v, valid_lens)\n"
         "register_attention('unscaled', 'torch', attend)\n")
@@ -68,7 +68,7 @@ def test_an_entry_point_registers_the_backend(tmp_path: Path) -> None:
                                    "Version: 0.1\n")
     (info / "entry_points.txt").write_text("[mhabench.backends]\nplain = plain_attention\n")
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{EXAMPLES}", "MHABENCH_BACKENDS": ""}
-    code = "from mhabench import backends; print(','.join(backends.names('jax')))"
+    code = "from mhabench.api import backend_names; print(','.join(backend_names('jax')))"
     done = run([sys.executable, "-c", code], env)
     assert done.returncode == 0, done.stderr
     jax_builtin = "loop,batched,fused,reference,blockwise,fused_cudnn,fused_xla"

@@ -22,9 +22,9 @@ from mhabench.analysis.regressions import (
     histories,
     regressions,
 )
-from mhabench.machine_load import CellLoad
+from mhabench.analysis.results import load_results
+from mhabench.measure.machine_load import CellLoad
 from mhabench.report.build import build_report
-from mhabench.results import load_results
 
 SAMPLES = 10
 PROCESS_NOISE = 0.06  # SD of a process's offset (log): what separates commits

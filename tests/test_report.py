@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
+from mhabench.analysis.results import load_results
 from mhabench.cli import main
 from mhabench.report.build import SECTION_IDS, build_report, write_report
 from mhabench.report.sections_profile import profile_section
-from mhabench.results import load_results
 
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
 EVIL_MACHINE = "<img src=x onerror=alert(1)>"
@@ -255,7 +255,7 @@ def test_report_from_the_real_fixture(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_compile_seconds_and_break_even_calls_beside_the_step_time() -> None:
     import pandas as pd
 
-    from mhabench.config import AttentionConfig
+    from mhabench.core.config import AttentionConfig
     from mhabench.report.sections_overview import _compile_columns
 
     compiled = AttentionConfig(framework="torch", backend="compiled", batch=8, heads=8)

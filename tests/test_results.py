@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import BENCH, write_results
 
-from mhabench.config import AttentionConfig
-from mhabench.cost import cost
-from mhabench.results import ResultsError, calibration_table, latest, load_results
+from mhabench.analysis.results import ResultsError, calibration_table, latest, load_results
+from mhabench.core.config import AttentionConfig
+from mhabench.core.cost import cost
 
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
 

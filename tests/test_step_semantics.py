@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import run_forward
 
-from mhabench.config import AttentionConfig
-from mhabench.inputs import init_weights, make_inputs
+from mhabench.core.config import AttentionConfig
+from mhabench.core.inputs import init_weights, make_inputs
 
 # One config per kind of step; decode and prefix take 1 new token after m = 9.
 STEPS = {"forward": {}, "cross": {"cross": True, "m": 9}, "train": {"mode": "train"},
@@ -48,7 +48,7 @@ def torch_dispatched(config: AttentionConfig) -> list[tuple[str, bool]]:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    from mhabench import torch_steps
+    from mhabench.layers.torch import steps as torch_steps
 
     built = []
     build = torch_steps.build_model
@@ -98,7 +98,7 @@ def test_the_torch_check_sees_labels_and_packing(monkeypatch):
     import torch
     from torch.autograd import profiler
 
-    from mhabench import torch_attention
+    from mhabench.layers.torch import attention as torch_attention
 
     config = AttentionConfig(backend="loop", batch=2, n=5, d=16, heads=4)
     monkeypatch.setattr(torch_attention, "region", profiler.record_function)
@@ -118,7 +118,7 @@ def test_the_torch_check_sees_labels_and_packing(monkeypatch):
 def test_torch_labels_appear_while_a_profiler_records():
     import torch
 
-    from mhabench.torch_steps import make_step
+    from mhabench.layers.torch.steps import make_step
 
     step = make_step(AttentionConfig(backend="loop", batch=2, n=5, d=16, heads=2))
     with torch.profiler.profile() as prof:
@@ -161,7 +161,7 @@ def jax_weight_ops(config: AttentionConfig, step=None) -> set[str]:
     import jax
     from flax import nnx
 
-    from mhabench.jax_steps import build_model, make_step
+    from mhabench.layers.jax.steps import build_model, make_step
 
     step = make_step(config) if step is None else step
     params = jax.tree.leaves(nnx.split(build_model(config), nnx.Param, ...)[1])
@@ -178,7 +178,7 @@ def test_jax_step_only_multiplies_its_weights(config):
 def test_the_jax_check_sees_packing(monkeypatch):
     import jax.numpy as jnp
 
-    from mhabench import jax_attention
+    from mhabench.layers.jax import attention as jax_attention
 
     def packing(self, x):  # as the old fused path did: concatenate kernels on every call
         w = self.W_qkv.kernel[...]
@@ -224,7 +224,7 @@ def test_forward_is_deterministic_with_dropout_configured(framework, backend):
 def test_train_steps_draw_fresh_dropout_masks(framework, backend):
     """Two consecutive training steps give different outputs (new masks; the JAX key is a
     compiled argument threaded from step to step), and differ from no dropout."""
-    from mhabench.timing import prepare
+    from mhabench.measure.timing import prepare
 
     if (framework, backend) == ("jax", "fused"):
         pytest.skip("jax.nn.dot_product_attention has no dropout (the config refuses it)")
@@ -244,11 +244,11 @@ def test_reference_layers_get_the_dropout_rate(framework):
     config = AttentionConfig(framework=framework, backend="reference", batch=2, n=6, d=16,
                              heads=4, mode="train", dropout=0.25)
     if framework == "torch":
-        from mhabench.torch_steps import build_model
+        from mhabench.layers.torch.steps import build_model
 
         assert build_model(config).mha.dropout == 0.25
     else:
-        from mhabench.jax_steps import build_model
+        from mhabench.layers.jax.steps import build_model
 
         assert build_model(config).mha.dropout_rate == 0.25
 
@@ -286,7 +286,7 @@ def test_bfloat16_agrees_with_float32_in_every_backend(variant):
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("backend", ["loop", "batched", "fused"])
 def test_bfloat16_decode_step_agrees_with_float32(framework, backend):
-    from mhabench.timing import prepare
+    from mhabench.measure.timing import prepare
 
     config = AttentionConfig(framework=framework, backend=backend, batch=3, n=1, m=40, d=64,
                              heads=4, kv_heads=2, mode="decode")

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from mhabench.config import preset
-from mhabench.profiling import profile_configs, run_dir
+from mhabench.core.config import preset
+from mhabench.measure.profiling import profile_configs, run_dir
 
 pytestmark = pytest.mark.slow
 

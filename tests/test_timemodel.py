@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
+from mhabench.analysis.results import load_results
 from mhabench.analysis.timemodel import (
     FEATURES,
     CellFeatures,
@@ -23,8 +24,7 @@ from mhabench.analysis.timemodel import (
 )
 from mhabench.analysis.validation import error_summary, leave_out
 from mhabench.cli import main
-from mhabench.config import AttentionConfig
-from mhabench.results import load_results
+from mhabench.core.config import AttentionConfig
 
 KEY = ("synth", "torch", "batched", "cpu", "float32")
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
+from mhabench.analysis.results import load_results
 from mhabench.analysis.timemodel import fit_models, groups
 from mhabench.analysis.validation import (
     load_validation,
@@ -19,11 +20,10 @@ from mhabench.analysis.validation import (
     summary_dict,
 )
 from mhabench.cli import main
-from mhabench.config import AttentionConfig
-from mhabench.cost import cost
+from mhabench.core.config import AttentionConfig
+from mhabench.core.cost import cost
+from mhabench.measure.timing import Measurement
 from mhabench.report.build import build_report
-from mhabench.results import load_results
-from mhabench.timing import Measurement
 
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
 

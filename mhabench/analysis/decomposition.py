@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.results import config_from_row
 from mhabench.analysis.timemodel import FEATURES, TimeModel, r_squared
-from mhabench.results import config_from_row
 
 GOOD_R2 = 0.9
 GOOD_RESIDUAL = 0.2

@@ -5,7 +5,7 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    ``Git.get_revisions``, as ``asv publish``, when the git repository is at hand).
 2. How each whole run moved is set apart from each cell's level (a median polish of the
    log values, :mod:`mhabench.analysis.runs`); a run that moved as a whole, or was timed
-   while other processes took the machine (``mhabench.machine_load``), is reported as a
+   while other processes took the machine (``mhabench.measure.machine_load``), is reported as a
    run, not as a regression of each of its cells.
 3. asv's step detection finds the upward steps of each cell's run-adjusted log values
    (:mod:`mhabench.analysis.steps`). The noise they must beat is the cell's
@@ -48,7 +48,7 @@ import pandas as pd
 from mhabench.analysis.confirmations import Confirmation
 from mhabench.analysis.runs import Run, log_matrix, noise_scales, run_effects, runs
 from mhabench.analysis.steps import classify, fit_steps, median_se, z_score
-from mhabench.machine_load import CellLoad
+from mhabench.measure.machine_load import CellLoad
 
 TIME_KINDS = ("time",)
 VALUE_KINDS = ("peakmem", "mem", "track")
@@ -271,7 +271,7 @@ def regressions(histories_: Sequence[History], threshold: float,
                 order: Order | None = None) -> Verdicts:
     """Judge every upward step of at least ``threshold`` in ``histories_`` (see the
     module's docstring). ``loads``: (commit, env, asv cell) -> the machine's load while the
-    cell timed (``mhabench.machine_load.read_records``); ``confirmations``: re-measured
+    cell timed (``mhabench.measure.machine_load.read_records``); ``confirmations``: re-measured
     steps (``mhabench.analysis.confirmations.load_confirmations``)."""
     loads, confirmations = loads or {}, confirmations or {}
     verdicts = Verdicts([])

@@ -45,9 +45,9 @@ import numpy as np
 import pandas as pd
 import scipy.optimize
 
-from mhabench.config import DTYPE_BYTES, AttentionConfig
-from mhabench.cost import TRAIN_FACTOR, cost, step_lengths
-from mhabench.results import config_from_row, latest
+from mhabench.analysis.results import config_from_row, latest
+from mhabench.core.config import DTYPE_BYTES, AttentionConfig
+from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
 FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
@@ -316,27 +316,33 @@ def _pick(losses: Sequence[float]) -> int:
     return tied[len(tied) // 2]
 
 
-def groups(frame: pd.DataFrame) -> dict[Key, pd.DataFrame]:
-    """The timed cells of each machine x framework x backend x device x dtype."""
-    cells = timing_cells(frame)
+def groups(frame: pd.DataFrame, cells: pd.DataFrame | None = None
+           ) -> dict[Key, pd.DataFrame]:
+    """The timed cells of each machine x framework x backend x device x dtype
+    (``cells``: ``timing_cells(frame)`` if already computed)."""
+    cells = timing_cells(frame) if cells is None else cells
     if cells.empty:
         return {}
     return {tuple(map(str, key)): group
             for key, group in cells.groupby(list(GROUP_KEY), sort=True)}
 
 
-def fit_models(frame: pd.DataFrame) -> dict[Key, TimeModel]:
-    """One model per group with at least :data:`MIN_CELLS` cells."""
-    by_group = groups(frame)
+def fit_models(frame: pd.DataFrame, by_group: Mapping[Key, pd.DataFrame] | None = None
+               ) -> dict[Key, TimeModel]:
+    """One model per group with at least :data:`MIN_CELLS` cells (``by_group``:
+    ``groups(frame)`` if already computed)."""
+    by_group = groups(frame) if by_group is None else by_group
     models = {}
     for machine in sorted({key[0] for key in by_group}):
         models.update(fit_machine({k: g for k, g in by_group.items() if k[0] == machine}))
     return models
 
 
-def underdetermined(frame: pd.DataFrame) -> dict[Key, int]:
+def underdetermined(frame: pd.DataFrame, by_group: Mapping[Key, pd.DataFrame] | None = None
+                    ) -> dict[Key, int]:
     """Groups too small for any model, with their number of cells."""
-    return {k: len(g) for k, g in groups(frame).items() if len(g) < MIN_CELLS}
+    by_group = groups(frame) if by_group is None else by_group
+    return {k: len(g) for k, g in by_group.items() if len(g) < MIN_CELLS}
 
 
 def select_model(models: Mapping[Key, TimeModel], config: AttentionConfig,

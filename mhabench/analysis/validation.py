@@ -5,7 +5,7 @@ predicts those; the cells come from the same grid the model's terms were chosen 
 :func:`random_validation` draws a seeded random sample of configs from a wider space
 than any grid (odd widths, head counts that are not powers of two, n != m, GQA ratios,
 masking; each integer field from half the smallest to twice the largest value the group
-was fitted on), times them fresh with :func:`mhabench.timing.measure` and compares: the
+was fitted on), times them fresh with :func:`mhabench.measure.timing.measure` and compares: the
 model could not have been tuned on them. Both report the plain FLOP model at one rate
 (the group's median FLOP/s) as the baseline, and mark every extrapolated prediction.
 """
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.results import config_from_row
 from mhabench.analysis.timemodel import (
     GROUP_KEY,
     MIN_CELLS,
@@ -32,9 +33,8 @@ from mhabench.analysis.timemodel import (
     groups,
     timing_cells,
 )
-from mhabench.config import AttentionConfig, UnavailableError
-from mhabench.cost import TRAIN_FACTOR, cost
-from mhabench.results import config_from_row
+from mhabench.core.config import AttentionConfig, UnavailableError
+from mhabench.core.cost import TRAIN_FACTOR, cost
 
 FOLDS = 5
 WIDEN = 2  # the random sample's box: [smallest / WIDEN, largest * WIDEN] per field
@@ -157,7 +157,7 @@ def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataF
                    ) -> list[tuple[Key, AttentionConfig]]:
     """``size`` distinct configs, each for a group drawn at random from ``models``, none
     of them a cell the group was fitted on. ``runnable`` raises ValueError (e.g.
-    :func:`mhabench.timing.check_runnable`) for configs this machine cannot time; those
+    :func:`mhabench.measure.timing.check_runnable`) for configs this machine cannot time; those
     and configs over ``max_gflop`` model GFLOPs are redrawn."""
     if size < 1:
         raise ValueError(f"sample={size} is not allowed; it must be a positive integer")
@@ -190,8 +190,9 @@ def random_validation(frame: pd.DataFrame, models: Mapping[Key, TimeModel],
                       configs: Sequence[tuple[Key, AttentionConfig]],
                       time_config: Callable[[AttentionConfig], Any],
                       progress: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
-    """Time each config with ``time_config`` (returns a :class:`mhabench.timing.Measurement`)
-    and compare with the model's prediction and the FLOP baseline; one row per config."""
+    """Time each config with ``time_config`` (returns a
+    :class:`mhabench.measure.timing.Measurement`) and compare with the model's prediction
+    and the FLOP baseline; one row per config."""
     by_group = groups(frame)
     rows = []
     for i, (key, config) in enumerate(configs, 1):

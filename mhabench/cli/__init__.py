@@ -3,7 +3,7 @@ profile, gate.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
-modules import only the standard library and ``mhabench.cli.common``/``mhabench.config``
+modules import only the standard library and ``mhabench.cli.common``/``mhabench.core.config``
 at the top (pandas, torch, JAX load inside the handlers), so start-up stays cheap.
 Errors print one line and exit 2.
 """

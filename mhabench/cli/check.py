@@ -1,5 +1,5 @@
 """``mhabench check``: a backend's outputs against the reference in every variant it runs
-(``mhabench.agreement``): what a user runs on their own registered backend."""
+(``mhabench.measure.agreement``): what a user runs on their own registered backend."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def add_command(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench import agreement, backends
+    from mhabench.core import backends
+    from mhabench.measure import agreement
 
     backends.get(args.framework, args.backend)  # an unknown name: the registry's error
     rows = agreement.check(args.framework, args.backend, device=args.device)

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mhabench.backends import BUILTIN as BACKENDS
-from mhabench.config import (
+from mhabench.core.backends import BUILTIN as BACKENDS
+from mhabench.core.config import (
     DEVICES,
     DTYPES,
     FRAMEWORKS,
@@ -42,7 +42,7 @@ def add_config_args(parser: argparse.ArgumentParser, preset_allowed: bool = Fals
     g.add_argument("--framework", default="torch", help=f"one of {', '.join(FRAMEWORKS)}")
     g.add_argument("--backend", default="batched",
                    help=f"one of {', '.join(BACKENDS)} or a registered plug-in "
-                   "(mhabench.backends)")
+                   "(mhabench.core.backends)")
     g.add_argument("--device", default="cpu", help=f"one of {', '.join(DEVICES)}")
     g.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
     g.add_argument("--mode", default="forward", help=f"one of {', '.join(MODES)}")
@@ -88,7 +88,7 @@ def add_results_args(parser: argparse.ArgumentParser) -> None:
 
 def load_results(args: argparse.Namespace, command: str) -> Any:
     """The asv results named by ``--results``/``--machine``; loading warnings go to stderr."""
-    from mhabench.results import load_results as load
+    from mhabench.analysis.results import load_results as load
 
     results = load(args.results, machine=args.machine)
     for warning in results.warnings:

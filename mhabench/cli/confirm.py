@@ -1,7 +1,7 @@
 """``mhabench confirm``: re-measure the report's steps across commits. Every candidate step
 (and every step that holds over the history, or rests on a disturbed run) of a ``time_``
 cell not yet re-measured is re-run at the commits on either side in fresh interleaved
-rounds (the gate's second stage, :func:`mhabench.gate.confirm`); the verdicts go to a new
+rounds (the gate's second stage, :func:`mhabench.suite.gate.confirm`); the verdicts go to a new
 ``<confirmations>/<UTC time>/confirmations.json``, where ``mhabench report`` reads them.
 Exit status 1 when a step is confirmed, 0 otherwise."""
 
@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
         histories,
         regressions,
     )
-    from mhabench.gate import CONFIRM_ROUNDS, FACTOR, confirm
-    from mhabench.machine_load import read_records
+    from mhabench.measure.machine_load import read_records
+    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
     threshold = history_threshold(args, writes_confirmations=True)
     try:

@@ -23,7 +23,7 @@ def _table(rows: list[tuple[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.cost import cost
+    from mhabench.core.cost import cost
 
     config = config_from_args(args)
     terms = cost(config).as_dict()

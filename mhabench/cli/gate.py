@@ -1,5 +1,5 @@
 """``mhabench gate BASE HEAD``: did HEAD regress against BASE? ``asv continuous`` as a
-screen, then fresh rounds for every cell it passes on (:mod:`mhabench.gate`). Exit status 1
+screen, then fresh rounds for every cell it passes on (:mod:`mhabench.suite.gate`). Exit status 1
 when a cell is confirmed slower or a benchmark that ran on BASE fails on HEAD, 0
 otherwise."""
 
@@ -24,7 +24,7 @@ def add_command(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.gate import FACTOR, SCREEN_FACTOR, gate
+    from mhabench.suite.gate import FACTOR, SCREEN_FACTOR, gate
 
     extra = ["--machine", args.machine] if args.machine else []
     try:

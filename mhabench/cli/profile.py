@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from mhabench.cli.common import CLIError, add_config_args, configs_from_args
-from mhabench.config import FRAMEWORKS, AttentionConfig
+from mhabench.core.config import FRAMEWORKS, AttentionConfig
 
 FRAMEWORK_CHOICES = (*FRAMEWORKS, "both")
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         return _summary(args)
     if args.json or args.csv:
         raise CLIError("--json and --csv go with --summary DIR")
-    from mhabench.profiling import profile_configs
+    from mhabench.measure.profiling import profile_configs
 
     configs = profile_configs_from_args(args)
     written = profile_configs(configs, args.logdir, steps=args.steps, threads=args.threads,
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from mhabench.trace_breakdown import breakdown_table, format_table
+    from mhabench.measure.trace_breakdown import breakdown_table, format_table
 
     frame = breakdown_table(args.summary)
     if args.json:

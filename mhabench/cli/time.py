@@ -1,5 +1,5 @@
 """``mhabench time``: time one config, or a preset's head sweep, on this machine through
-:func:`mhabench.timing.measure` (the same path the asv benchmarks use)."""
+:func:`mhabench.measure.timing.measure` (the same path the asv benchmarks use)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def add_command(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.timing import configure_process, measure
+    from mhabench.measure.timing import configure_process, measure
 
     configs = configs_from_args(args)
     configure_process(args.threads)  # before JAX touches a device

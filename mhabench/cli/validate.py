@@ -19,8 +19,9 @@ def add_command(sub: Any) -> None:
     p = sub.add_parser(
         "validate", help="time random configs off the grid and compare with the time model",
         description="Draw a seeded random sample of configs from a space wider than the "
-                    "benchmark grid, time each with mhabench.timing.measure on this machine "
-                    "and report the time model's median and worst relative error on them.")
+                    "benchmark grid, time each with mhabench.measure.timing.measure on "
+                    "this machine and report the time model's median and worst relative "
+                    "error on them.")
     add_results_args(p)
     p.add_argument("--sample", type=int, default=24, help="configs to draw (default 24)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         save_validation,
         validation_payload,
     )
-    from mhabench.timing import check_runnable, configure_process, measure
+    from mhabench.measure.timing import check_runnable, configure_process, measure
 
     results = load_results(args, "validate")
     models = fit_models(results.frame)

@@ -70,22 +70,25 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
                  validation: dict[str, Any] | None = None,
                  load_dir: str | Path | None = None,
                  confirm_dir: str | Path | None = None) -> Report:
-    """Every section of the report from loaded :class:`mhabench.results.Results`.
+    """Every section of the report from loaded :class:`mhabench.analysis.results.Results`.
 
     ``repo``: the git repository whose history orders the commits (else the dates asv
     recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section;
-    ``load_dir``: the machine-load records (``mhabench.machine_load``); ``confirm_dir``:
+    ``load_dir``: the machine-load records (``mhabench.measure.machine_load``); ``confirm_dir``:
     the verdicts of ``mhabench confirm``. Both default to their folders beside the results
     (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
     from mhabench.analysis.confirmations import load_confirmations
     from mhabench.analysis.regressions import beside_results, commit_order
-    from mhabench.analysis.timemodel import fit_models, underdetermined
-    from mhabench.machine_load import read_records
+    from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
+    from mhabench.measure.machine_load import read_records
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
-    context = Context.from_results(results, fit_models(results.frame), traces, threshold,
-                                   underdetermined=underdetermined(results.frame),
+    cells = timing_cells(results.frame)  # once: the models, the gaps and the sections
+    by_group = groups(results.frame, cells)
+    context = Context.from_results(results, cells, fit_models(results.frame, by_group),
+                                   traces, threshold,
+                                   underdetermined=underdetermined(results.frame, by_group),
                                    order=commit_order(results.frame, repo),
                                    validation=validation,
                                    loads=read_records(load_dir or beside_results(

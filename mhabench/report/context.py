@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.regressions import Order
-from mhabench.analysis.timemodel import GROUP_KEY, Key, TimeModel, timing_cells
+from mhabench.analysis.results import Results, calibration_table
+from mhabench.analysis.timemodel import GROUP_KEY, Key, TimeModel
 from mhabench.report.types import Plot
-from mhabench.results import Results, calibration_table
 
 # Everything that names a head sweep except h (MHA: kv_heads follows h).
 SWEEP_KEY = ("machine", "framework", "backend", "device", "dtype", "mode", "batch", "n", "m",
@@ -39,10 +39,11 @@ class Context:
     confirmations: dict[tuple[str, str, str, str], Any] | None = None
 
     @classmethod
-    def from_results(cls, results: Results, models: dict[Key, TimeModel],
-                     traces: pd.DataFrame | None, threshold: float,
-                     **extra: Any) -> Context:
-        timings = timing_cells(results.frame).copy()
+    def from_results(cls, results: Results, cells: pd.DataFrame,
+                     models: dict[Key, TimeModel], traces: pd.DataFrame | None,
+                     threshold: float, **extra: Any) -> Context:
+        """``cells``: ``timing_cells(results.frame)``, computed once per report."""
+        timings = cells.copy()
         if not timings.empty:
             timings["time_ms"] = timings["value"] * 1e3
         return cls(results, timings, calibration_table(results.frame), models, traces,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mhabench.cost import TRAIN_FACTOR, decoder_step_flops
+from mhabench.core.cost import TRAIN_FACTOR, decoder_step_flops
 from mhabench.report.context import CONFIG_KEY, Context, head_sweeps, shape, sweep_plots
 from mhabench.report.types import Plot, Section, Table
 

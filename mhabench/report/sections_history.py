@@ -21,7 +21,7 @@ from mhabench.analysis.regressions import (
     sample_summary,
 )
 from mhabench.analysis.steps import GAMMA, Z_CANDIDATE, Z_HOLD
-from mhabench.machine_load import DISTURBED_CORES
+from mhabench.measure.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.results import kernel_table, step_memory_table
 from mhabench.report.context import Context
 from mhabench.report.types import Plot, Section, Table
-from mhabench.results import kernel_table, step_memory_table
 
 
 def kernels_section(ctx: Context) -> Section:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mhabench.analysis.results import config_from_row, kernel_table, track_values
 from mhabench.report.context import (
     Context,
     head_sweeps,
@@ -14,7 +15,6 @@ from mhabench.report.context import (
     sweep_plots,
 )
 from mhabench.report.types import Plot, Section, Table
-from mhabench.results import config_from_row, kernel_table, track_values
 
 
 def machine_section(ctx: Context) -> Section:

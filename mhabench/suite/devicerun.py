@@ -1,0 +1,358 @@
+"""Run the asv suite on a lent GPU machine in one bounded command (``scripts/gpu-grid``).
+
+Such a machine has its own Python with CUDA builds of torch, jax and flax, no asv, no
+package registry, maybe no ``.git``, and gives back only what is written under ``$OUT``.
+So this driver:
+
+1. rebuilds ``.git`` from the bundle's ``mhabench.bundle`` when the copied tree has none
+   (asv resolves the commit and its date through git);
+2. runs the preflight (:mod:`mhabench.measure.machine`): torch sees CUDA, JAX lists a GPU, flax
+   and asv import, the commit resolves; prints each fact and stops with one line if not;
+3. runs one ``asv run`` per benchmark class, calibration first, then Exercise 6.4, then the
+   other questions, each only if its estimated time fits the budget left (asv saves a
+   class's results when its run ends, so a run cut short loses only that class);
+4. after each run copies the results (one tarball) and the log into ``--out``;
+5. fails when no cell of the asked devices has a value (a broken GPU is not a result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from mhabench.core.config import DEVICES, DTYPES
+from mhabench.measure import machine
+from mhabench.suite.bundle import BundleError, prepare_history
+
+# Classes run in this order (a module's classes keep their order within it); modules
+# not named here come after, alphabetically.
+MODULE_ORDER = ("bench_calibration", "bench_heads", "bench_kernels", "bench_gqa",
+                "bench_decode", "bench_cross", "bench_train", "bench_scaling", "bench_compile")
+# Until this run has measured its own: seconds per asv invocation (benchmark discovery and
+# the forkserver import torch and jax) and per benchmark x cell (a forked process that
+# starts CUDA, builds, compiles and samples).
+FIRST_OVERHEAD_S = 12.0
+FIRST_PER_RUN_S = 3.0
+SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
+RESULTS_TARBALL = "results.tar.gz"
+LOG_FILE = "gpu-grid.log"
+
+_COUNT_CELLS = r"""
+import importlib, itertools, json, pkgutil
+import benchmarks
+out = []
+for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda i: i.name):
+    if not info.name.startswith("bench_"):
+        continue
+    module = importlib.import_module("benchmarks." + info.name)
+    for name, cls in vars(module).items():
+        if (not isinstance(cls, type) or cls.__module__ != module.__name__
+                or not isinstance(getattr(cls, "params", None), list)):
+            continue
+        cells = list(itertools.product(*cls.params))
+        methods = {}
+        for method in sorted(dir(cls), key=lambda m: (not m.startswith("time_"), m)):
+            if method.startswith(("time_", "track_", "peakmem_", "mem_")):
+                skip = getattr(getattr(cls, method), "skip_params", None)
+                skip = set(getattr(cls, "skip_params", []) if skip is None else skip)
+                methods[method] = sum(1 for cell in cells if cell not in skip)
+        out.append({"module": info.name, "name": name, "methods": methods})
+print(json.dumps(out))
+"""
+
+
+class DeviceRunError(RuntimeError):
+    """A one-line reason the run cannot go on."""
+
+
+@dataclass(frozen=True)
+class BenchClass:
+    module: str
+    name: str
+    methods: dict[str, int]  # benchmark method -> parameter cells asv will start
+
+    @property
+    def runs(self) -> int:
+        return sum(self.methods.values())
+
+    @property
+    def label(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    def units(self) -> list[tuple[str, str, int]]:
+        """(label, asv -b regex, runs): the whole class, then each method alone (timings
+        first) for when the class does not fit the time left."""
+        names = "|".join(self.methods)
+        whole = (self.label, rf"^{self.module}\.{self.name}\.({names})\b", self.runs)
+        # No "$": asv matches -b against names that may carry parameters.
+        return [whole, *((f"{self.label}.{m}", rf"^{self.module}\.{self.name}\.{m}\b", runs)
+                         for m, runs in self.methods.items())]
+
+
+def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
+    """The suite's benchmark classes under ``env``'s grid, in :data:`MODULE_ORDER`."""
+    done = subprocess.run([python, "-c", _COUNT_CELLS], cwd=repo, env=env, text=True,
+                          capture_output=True, timeout=300)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise DeviceRunError(f"the benchmark modules do not import: {tail[0]}")
+    found = [BenchClass(**item) for item in json.loads(done.stdout.splitlines()[-1])]
+
+    def rank(item: BenchClass) -> tuple[int, str]:
+        order = MODULE_ORDER.index(item.module) if item.module in MODULE_ORDER else 99
+        return order, item.module
+
+    return sorted(found, key=rank)  # stable: classes keep their order inside a module
+
+
+def fit_costs(history: list[tuple[int, float]]) -> tuple[float, float]:
+    """Seconds per invocation and per run, from this run's (runs, seconds) so far: a
+    least-squares line once two invocations differ in size, else the first guesses with
+    the per-run cost adjusted to what was seen."""
+    if len({runs for runs, _ in history}) >= 2:
+        n = len(history)
+        mean_r = sum(r for r, _ in history) / n
+        mean_t = sum(t for _, t in history) / n
+        var = sum((r - mean_r) ** 2 for r, _ in history)
+        slope = sum((r - mean_r) * (t - mean_t) for r, t in history) / var
+        slope = max(slope, 0.05)
+        return max(mean_t - slope * mean_r, 0.0), slope
+    if history:
+        runs = sum(r for r, _ in history)
+        took = sum(t for _, t in history)
+        return FIRST_OVERHEAD_S, max((took - FIRST_OVERHEAD_S * len(history)) / runs, 0.05)
+    return FIRST_OVERHEAD_S, FIRST_PER_RUN_S
+
+
+def pack_results(results_dir: Path, out: Path) -> Path:
+    """Replace ``out/results.tar.gz`` with the whole results folder (written aside, then
+    renamed, so a run killed mid-write leaves the previous tarball whole)."""
+    target = out / RESULTS_TARBALL
+    partial = out / (RESULTS_TARBALL + ".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        tar.add(results_dir, arcname="results")
+    os.replace(partial, target)
+    return target
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log: TextIO,
+                timeout: float) -> int:
+    """Run ``cmd``, echoing its output to stdout and ``log``; kill its process group after
+    ``timeout`` seconds (exit status 124, as timeout(1) gives)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def copy() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+
+    reader = threading.Thread(target=copy, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # asv and the forkserver it started
+        proc.wait()
+        code = 124
+    reader.join(timeout=10)
+    log.flush()
+    return code
+
+
+def count_values(results_dir: Path, machine_name: str, commit: str,
+                 devices: list[str]) -> int:
+    """Timed cells with a value for ``devices`` in this commit's results."""
+    from mhabench.analysis.results import load_results
+
+    try:
+        frame = load_results(results_dir, machine_name).frame
+    except ValueError:
+        return 0
+    rows = frame[(frame["commit"] == commit) & (frame["kind"] == "time")]
+    if "device" in rows:
+        rows = rows[rows["device"].isin(devices) | rows["device"].isna()]
+    # Calibration rows carry the device as a parameter of their own.
+    if "param_device" in rows:
+        rows = rows[rows["device"].notna() | rows["param_device"].isin(devices)]
+    return int(len(rows))
+
+
+def summary(results_dir: Path, machine_name: str, commit: str) -> str:
+    """The Exercise 6.4 medians (ms) of this commit, one row per framework/backend/dtype."""
+    from mhabench.analysis.results import load_results
+
+    frame = load_results(results_dir, machine_name).frame
+    rows = frame[(frame["commit"] == commit) & (frame["kind"] == "time")
+                 & frame["benchmark"].str.contains("HeadsAtFixedWidth")]
+    if rows.empty:
+        return "no Exercise 6.4 cells timed"
+    table = (rows.assign(ms=rows["value"] * 1e3)
+             .pivot_table(index=["device", "dtype", "framework", "backend"],
+                          columns="heads", values="ms", aggfunc="median"))
+    return table.round(3).to_string()
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).resolve()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    devices = [d for d in args.devices.split(",") if d]
+    env = {**os.environ, "MHABENCH_GRID": args.grid, "MHABENCH_DEVICES": ",".join(devices),
+           "MHABENCH_DTYPES": args.dtypes, "ASV_PYTHONPATH": str(repo),
+           "MHABENCH_THREADS": str(args.threads or
+                                   (os.cpu_count() if "cuda" in devices else 1)),
+           # JAX takes GPU memory as each cell needs it (not 75 % per process) and keeps
+           # compiled programs across the run's processes.
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           "JAX_COMPILATION_CACHE_DIR": str(Path(tempfile.gettempdir()) / "mhabench-jax"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    log = (out / LOG_FILE).open("a")
+    say = _sayer(log)
+    bundle_dir = Path(args.bundle) if Path(args.bundle).is_absolute() else repo / args.bundle
+    try:
+        git_env, note = prepare_history(repo, bundle_dir)
+    except BundleError as exc:
+        raise DeviceRunError(str(exc)) from None
+    env.update(git_env)
+    os.environ.update(git_env)  # the preflight's git calls read the same history
+    say(f"gpu-grid: {note}")
+    try:
+        facts = machine.gather(devices, repo)
+    except machine.PreflightError as exc:
+        raise DeviceRunError(f"preflight failed: {exc}") from None
+    for line in machine.describe(facts):
+        say(f"preflight: {line}")
+    (out / "preflight.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    results_dir = repo / ".asv" / "results"
+    name = args.machine
+    asv = [args.python, "-m", "asv"]
+    conf = ["--config", str(repo / args.config)]
+    done = subprocess.run([*asv, "machine", *conf, "--machine", name, "--yes"], cwd=repo,
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise DeviceRunError(f"asv machine failed: {tail[0]}")
+    machine.write_facts(facts, results_dir, name)
+
+    classes = []
+    for found in discover(args.python, env, repo):
+        methods = {m: runs for m, runs in found.methods.items()
+                   if re.search(args.methods, m) and runs}
+        if (methods and re.search(args.only, found.label)
+                and not (args.skip and re.search(args.skip, found.label))):
+            classes.append(BenchClass(found.module, found.name, methods))
+    start, history, status = time.monotonic(), [], 0
+
+    def fits(runs: int) -> tuple[bool, float, float]:
+        left = args.budget - (time.monotonic() - start)
+        overhead, per_run = fit_costs(history)
+        return (overhead + runs * per_run) * SAFETY <= left, \
+            (overhead + runs * per_run) * SAFETY, left
+
+    for item in classes:
+        whole, *methods = item.units()
+        chosen = [whole] if fits(whole[2])[0] else methods
+        for label, regex, runs in chosen:
+            ok, estimate, left = fits(runs)
+            if not ok:
+                say(f"gpu-grid: skip {label}: {runs} runs, about {estimate:.0f} s, "
+                    f"{left:.0f} s left")
+                status = 1
+                continue
+            say(f"gpu-grid: run {label}: {runs} runs, about {estimate:.0f} s of "
+                f"{left:.0f} s left")
+            began = time.monotonic()
+            code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine",
+                                name, "--set-commit-hash", facts["commit"],
+                                "--record-samples", "--append-samples", "--show-stderr",
+                                "-b", regex], env, repo, log, timeout=max(left, 1.0))
+            took = time.monotonic() - began
+            history.append((runs, took))
+            say(f"gpu-grid: {label} exit {code} in {took:.0f} s")
+            status = status or (1 if code else 0)
+            if results_dir.is_dir():
+                pack_results(results_dir, out)
+    values = count_values(results_dir, name, facts["commit"], devices)
+    if values == 0:
+        raise DeviceRunError(f"no {'/'.join(devices)} cell has a value: every cell failed "
+                             f"or was n/a (see {out / LOG_FILE})")
+    say(f"gpu-grid: {values} timed cells on {'/'.join(devices)}; results in "
+        f"{out / RESULTS_TARBALL} (exit status {status})")
+    say(summary(results_dir, name, facts["commit"]))
+    return status
+
+
+def _sayer(log: TextIO):
+    def say(text: str) -> None:
+        print(text, flush=True)
+        log.write(text + "\n")
+        log.flush()
+    return say
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="gpu-grid", description="Run the asv suite on a GPU machine within a budget, "
+        "saving results after each benchmark class.")
+    parser.add_argument("--out", default=os.environ.get("OUT", "gpu-grid-out"),
+                        help="folder that receives results.tar.gz and the log (default $OUT)")
+    parser.add_argument("--budget", type=float,
+                        default=float(os.environ.get("GPU_GRID_SECONDS", "420")),
+                        help="seconds for all asv runs (default GPU_GRID_SECONDS or 420)")
+    parser.add_argument("--machine", default=os.environ.get("MHABENCH_MACHINE"),
+                        help="asv machine name (default gpu-<hostname>)")
+    parser.add_argument("--devices", default=os.environ.get("MHABENCH_DEVICES", "cuda"))
+    parser.add_argument("--dtypes",
+                        default=os.environ.get("MHABENCH_DTYPES", "float32,bfloat16"))
+    parser.add_argument("--grid", default=os.environ.get("MHABENCH_GRID", "quick"))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads per cell (default: all CPUs on cuda, else 1)")
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--repo", default=".")
+    parser.add_argument("--bundle", default=".whl", help="the device bundle's folder")
+    parser.add_argument("--config", default="asv.gpu.conf.json")
+    parser.add_argument("--only", default="", help="regex: run only matching "
+                        "module.Class names (default: all)")
+    parser.add_argument("--skip", default="", help="regex: leave out matching classes")
+    parser.add_argument("--methods", default="", help="regex: run only matching benchmark "
+                        "methods, e.g. 'time_|track_kernel' (default: all)")
+    args = parser.parse_args(argv)
+    for name, allowed in (("devices", DEVICES), ("dtypes", DTYPES)):
+        given = [v for v in getattr(args, name).split(",") if v]
+        if not given or any(v not in allowed for v in given):
+            parser.error(f"--{name} {getattr(args, name)!r} is not allowed; give a "
+                         f"comma-separated list of {', '.join(allowed)}")
+    if args.grid not in ("tiny", "quick", "full"):
+        parser.error(f"--grid {args.grid!r} is not allowed; choose tiny, quick or full")
+    if args.budget <= 0:
+        parser.error(f"--budget {args.budget:g} is not allowed; give positive seconds")
+    if args.machine is None:
+        args.machine = f"gpu-{os.uname().nodename}"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except DeviceRunError as exc:
+        print(f"gpu-grid: {exc}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
