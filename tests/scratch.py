@@ -100,7 +100,7 @@ def same_code_commit(repo: Path, note: str) -> str:
 def plant(repo: Path, cells: set[tuple[str, str]], extra: float, message: str) -> str:
     """Commit a slowdown of ``extra`` (0.5: 1.5x) in the (framework, backend) ``cells``
     on top of the checked-out commit (which must have no planted slowdown yet)."""
-    timing = repo / "mhabench" / "timing.py"
+    timing = repo / "mhabench" / "measure" / "timing.py"
     text = timing.read_text()
     assert text.count(PREPARED) == 1, "timing.prepare changed shape: update tests/scratch.py"
     timing.write_text(text.replace(PREPARED, SLOWED.format(cells=sorted(cells),
