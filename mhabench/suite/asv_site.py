@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project: mhabench/suite/asv_site.py
 NODE_MODULES = ROOT / "node_modules"
 VENDOR = "vendor"
 
