@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,8 +351,6 @@ def _group_steps(key: tuple[str, str, str], group: str, rows: list[int], deviati
     """The steps of one framework/backend's median cell (deviations from each cell's own
     level, run effects removed; a cell's value at a commit where it timed disturbed left
     out): a median over n cells has an SD of about median_se(n) * sigma / sqrt(n)."""
-    import warnings
-
     values = np.where(disturbed[rows], np.nan, deviations[rows])
     counts = np.isfinite(values).sum(axis=0)
     keep = np.flatnonzero(counts >= MIN_GROUP_CELLS)

@@ -125,6 +125,10 @@ class CellLoad:
         return self.other_cores >= DISTURBED_CORES or self.steal_cores >= DISTURBED_CORES
 
 
+def _per_second(record: dict[str, Any], field: str) -> float:
+    return float(record[field]) / record["seconds"] if record["seconds"] > 0 else 0.0
+
+
 def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
     """(full commit, env name, asv cell) -> the cell's load, from every record under
     ``folder``. Unreadable files are skipped (a process killed mid-write leaves a .tmp)."""
@@ -139,11 +143,8 @@ def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
         out.setdefault(key, []).append(data)
     loads = {}
     for key, records in out.items():
-        def per_second(rec: dict[str, Any], field: str) -> float:
-            return float(rec[field]) / rec["seconds"] if rec["seconds"] > 0 else 0.0
-
         load1 = [v for r in records for v in r.get("load1") or () if v is not None]
-        loads[key] = CellLoad(max(per_second(r, "other_cpu_seconds") for r in records),
-                              max(per_second(r, "steal_seconds") for r in records),
+        loads[key] = CellLoad(max(_per_second(r, "other_cpu_seconds") for r in records),
+                              max(_per_second(r, "steal_seconds") for r in records),
                               max(load1) if load1 else None, len(records))
     return loads

@@ -100,11 +100,11 @@ def runs_table(verdicts: Verdicts) -> Table | None:
         else None
 
 
-def _run_lines(verdicts: Verdicts, steps: list[Step]) -> list[str]:
+def _run_lines(verdicts: Verdicts) -> list[str]:
     out = []
     for (machine, env, kind), run in verdicts.disturbed_runs():
         held = sum(s.verdict == "disturbed" and s.history.commits[s.after] == run.commit
-                   for s in steps if s.history.machine == machine)
+                   for s in verdicts.steps if s.history.machine == machine)
         what = []
         if run.moved:
             what.append(f"ran {run.factor:.2f}x {'slower' if run.factor > 1 else 'faster'} "
@@ -170,7 +170,7 @@ def regressions_section(ctx: Context) -> Section:
                                       "one machine and environment: nothing to compare.")
     section = Section("", "")
     section.text.append(_rules("time_", order, cells))
-    section.text += _run_lines(verdicts, verdicts.steps)
+    section.text += _run_lines(verdicts)
     section.text += _group_lines(verdicts)
     listed = verdicts.listed()
     section.text.append(f"{len(verdicts.steps)} upward step(s) of a cell of at least "
@@ -211,7 +211,7 @@ def values_section(ctx: Context) -> Section:
         " These hold one value per commit; peakmem_ is the whole process's peak RSS (imports "
         "included), so its steps understate the step's own memory change in proportion; "
         "for track_ values asv counts higher as worse whatever the unit."))
-    section.text += _run_lines(verdicts, verdicts.steps)
+    section.text += _run_lines(verdicts)
     section.text.append(f"{len(verdicts.steps)} upward step(s) of at least "
                         f"{ctx.threshold:g}x: {_counts(verdicts)}.")
     listed = verdicts.listed()
