@@ -287,7 +287,7 @@ def regressions(histories_: Sequence[History], threshold: float,
         position = {c: i for i, c in enumerate(commits)}
         x = log_matrix([{position[c]: v for c, v in zip(h.commits, h.values, strict=True)}
                         for h in members], len(commits))
-        level, run = run_effects(x)
+        level, run = run_effects(x, [h.group for h in members])
         cell_loads = [[loads.get((c, h.env_name, h.asv_cell)) for c in commits]
                       for h in members]
         group_runs = runs(x, level, run, commits, cell_loads)
