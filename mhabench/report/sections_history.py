@@ -89,14 +89,16 @@ def runs_table(verdicts: Verdicts) -> Table | None:
             rows.append({"machine": machine, "environment": env, "kind": kind,
                          "commit": run.commit[:8], "position": run.position + 1,
                          "cells": run.cells, "run's level (x cells' own)": run.factor,
+                         "beyond the runs beside it (x)": run.departure,
                          "cells moved with it": run.moved_share,
                          "other processes (cores, median cell)": run.other_cores,
                          "cells timed under load": run.disturbed_cells,
                          "run": ("moved as a whole" if run.moved else
                                  "timed under load" if run.loaded else "")})
     return Table("runs", "Each commit's run as a whole: its level against its cells' own "
-                 "(1 = typical), the share of cells that moved with it, and the load other "
-                 "processes put on the machine while it timed", pd.DataFrame(rows)) if rows \
+                 "(1 = typical), how far beyond the runs on both sides it ran (a burst), "
+                 "the share of cells that moved with it, and the load other processes put "
+                 "on the machine while it timed", pd.DataFrame(rows)) if rows \
         else None
 
 
