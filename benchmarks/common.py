@@ -66,15 +66,20 @@ def grid(*, tiny: T, quick: T, full: T) -> T:
 THREADS = timing.configure_process()
 
 # Import the frameworks once here: asv's forkserver then forks every cell from a process
-# that has them loaded. Importing jax does not start a device.
-for _module in ("torch", "jax", "flax.nnx"):
-    if framework_installed("torch" if _module == "torch" else "jax"):
-        __import__(_module)
-if "torch" in sys.modules and os.environ.get("MHABENCH_PREIMPORT", "1") != "0":
-    # torch.compile's and FlexAttention's machinery imports lazily on the first compile:
-    # 4 s of every compiled cell's process, paid once here instead (importing starts no
-    # compile worker, so forking after it is safe). It costs 3 s per forkserver start, so
-    # mhabench gate, whose rounds each start one for a few cells, sets it to 0.
+# that has them loaded. Importing jax does not start a device. MHABENCH_PREIMPORT names
+# what to import up front (default: both frameworks and torch's compiler machinery); a
+# framework left out is imported by its first cell. torch.compile's and FlexAttention's
+# machinery ("compiler") otherwise imports on the first compile: 4 s of every compiled
+# cell's process, paid once here instead (importing starts no compile worker, so forking
+# after it is safe). Each costs seconds per forkserver start, so mhabench gate, whose
+# rounds each start one for a few cells, names only its cells' frameworks.
+PREIMPORT = list_from_env("MHABENCH_PREIMPORT", ["torch", "jax", "compiler"],
+                          ("torch", "jax", "compiler", "none"))
+for _framework, _modules in (("torch", ("torch",)), ("jax", ("jax", "flax.nnx"))):
+    if _framework in PREIMPORT and framework_installed(_framework):
+        for _module in _modules:
+            __import__(_module)
+if "torch" in sys.modules and "compiler" in PREIMPORT:
     for _module in ("torch._dynamo", "torch._inductor.compile_fx",
                     "torch.nn.attention.flex_attention"):
         __import__(_module)

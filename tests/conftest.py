@@ -31,6 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``--dist loadgroup``) each file's tests run on one
+    worker, so its module fixtures (a tensorboard server, a built site) are made once; the
+    tests that read the shared tiny asv run (``tiny_asv_run``) share one worker, so it
+    runs once."""
+    for item in items:
+        group = "tiny-asv-run" if "tiny_asv_run" in getattr(item, "fixturenames", ()) else (
+            item.path.name)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def asv_home(tmp_path: Path) -> dict[str, str]:
     """A private HOME with an asv machine "pytest-machine", so ~/.asv-machine.json is

@@ -105,6 +105,7 @@ def test_train_weight_gradients_match_the_eager_layout():
                                    err_msg=name)
 
 
+@pytest.mark.timing
 def test_compile_seconds_is_the_cold_compile_and_a_warm_call_is_cheap():
     config = tiny()
     cold = compile_seconds(config)

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.suite.gate import GATE_DIR, _config, cell_pattern, changed_rows, table_rows
+from mhabench.suite.gate import (
+    GATE_DIR,
+    _config,
+    cell_pattern,
+    changed_rows,
+    preimport,
+    table_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,3 +113,15 @@ def test_the_gate_confirms_the_way_the_screen_leaned_and_reports_new_failures(
     assert [c.cell for c in verdict.failed] == ["bench_x.X.time_y"]
     assert [c.cell for c in verdict.regressions] == [CELL.format(fw="torch", be="fused"),
                                                      "bench_x.X.time_y"]
+
+
+def test_rounds_import_only_the_frameworks_their_cells_name() -> None:
+    """Each round of the gate starts a forkserver: the frameworks its -b patterns name as
+    a cell's first parameter are imported up front, both where a pattern names neither."""
+    torch_cell = "bench_gqa.MhaGqaMqa.time_step('torch', 'fused', 2, 512)"
+    assert preimport([cell_pattern(torch_cell)]) == ["torch"]
+    assert preimport([cell_pattern(torch_cell), cell_pattern(torch_cell.replace(
+        "torch", "jax"))]) == ["torch", "jax"]
+    assert preimport([r"time_step\('jax', "]) == ["jax"]
+    assert preimport([r"time_step\('jax', ", "bench_heads"]) == ["torch", "jax"]
+    assert preimport([]) == ["torch", "jax"]

@@ -69,6 +69,7 @@ def planted(table: pd.DataFrame) -> pd.Series:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path,
                                                                    asv_home) -> None:
     history = build_history(tmp_path, asv_home)

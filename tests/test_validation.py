@@ -138,6 +138,7 @@ def test_report_refuses_a_file_that_is_not_a_validation(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_model_beats_one_flop_rate_on_random_configs_it_never_saw(
         capsys: pytest.CaptureFixture) -> None:
     """24 fresh configs against the real fixture's models (this machine type). Measured

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mhabench.core.config import FRAMEWORKS
+
 FACTOR = 1.12  # a change: asv's test significant and the ratio beyond this (confirmation)
 # The screen passes on every cell whose ratio asv marks beyond this, significant or not
 # ("~"): a 1.25x slowdown often is not significant in 8 rounds here, but its ratio is there.
@@ -146,9 +148,9 @@ def _continuous(config: Path, options: Sequence[str], factor: float,
         cmd += ["-b", bench]
     cmd += [base, head]
     echo("$ " + " ".join(cmd))
-    # Each round starts asv's forkserver for a few cells: skip the compiler pre-import
-    # (benchmarks/common.py), 3 s a start.
-    env = {**os.environ, "MHABENCH_PREIMPORT": "0"}
+    # Each round starts asv's forkserver for a few cells: import up front only the
+    # frameworks the cells name, no compiler (benchmarks/common.py): 3-6 s a start.
+    env = {**os.environ, "MHABENCH_PREIMPORT": ",".join(preimport(benches))}
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     log = done.stdout + done.stderr
     echo(log)
@@ -157,6 +159,16 @@ def _continuous(config: Path, options: Sequence[str], factor: float,
         raise RuntimeError(f"asv continuous failed (exit status {done.returncode}): "
                            f"{log[-1500:]}")
     return log
+
+
+def preimport(benches: Sequence[str]) -> list[str]:
+    """The frameworks a round of ``benches`` (asv -b regexes) needs imported up front: the
+    ones they name as a cell's first parameter (``('torch', ...``), both where one of them
+    names neither (or none is given)."""
+    named = [{f for f in FRAMEWORKS if f"'{f}'" in bench} for bench in benches]
+    if not named or any(not found for found in named):
+        return list(FRAMEWORKS)
+    return sorted(set().union(*named), key=FRAMEWORKS.index)
 
 
 def gate(base: str, head: str, benches: Sequence[str] = (), *,
