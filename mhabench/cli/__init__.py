@@ -1,5 +1,5 @@
 """The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
-profile, gate.
+profile, gate, shard, merge.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -14,11 +14,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mhabench.cli import check, confirm, cost, gate, predict, profile, report, time, validate
+from mhabench.cli import (
+    check,
+    confirm,
+    cost,
+    gate,
+    merge,
+    predict,
+    profile,
+    report,
+    shard,
+    time,
+    validate,
+)
 from mhabench.cli.common import CLIError, Parser
 
 # --help lists them in this order
-COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate)
+COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, shard, merge)
 
 
 def build_parser() -> Parser:

@@ -35,6 +35,7 @@ from typing import TextIO
 from mhabench.core.config import DEVICES, DTYPES
 from mhabench.measure import machine
 from mhabench.suite.bundle import BundleError, prepare_history
+from mhabench.suite.cells import CellListError, list_cells
 
 # Classes run in this order (a module's classes keep their order within it); modules
 # not named here come after, alphabetically.
@@ -48,30 +49,6 @@ FIRST_PER_RUN_S = 3.0
 SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
 RESULTS_TARBALL = "results.tar.gz"
 LOG_FILE = "gpu-grid.log"
-
-_COUNT_CELLS = r"""
-import importlib, itertools, json, pkgutil
-import benchmarks
-out = []
-for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda i: i.name):
-    if not info.name.startswith("bench_"):
-        continue
-    module = importlib.import_module("benchmarks." + info.name)
-    for name, cls in vars(module).items():
-        if (not isinstance(cls, type) or cls.__module__ != module.__name__
-                or not isinstance(getattr(cls, "params", None), list)):
-            continue
-        cells = list(itertools.product(*cls.params))
-        methods = {}
-        for method in sorted(dir(cls), key=lambda m: (not m.startswith("time_"), m)):
-            if method.startswith(("time_", "track_", "peakmem_", "mem_")):
-                skip = getattr(getattr(cls, method), "skip_params", None)
-                skip = set(getattr(cls, "skip_params", []) if skip is None else skip)
-                methods[method] = sum(1 for cell in cells if cell not in skip)
-        out.append({"module": info.name, "name": name, "methods": methods})
-print(json.dumps(out))
-"""
-
 
 class DeviceRunError(RuntimeError):
     """A one-line reason the run cannot go on."""
@@ -103,12 +80,15 @@ class BenchClass:
 
 def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
     """The suite's benchmark classes under ``env``'s grid, in :data:`MODULE_ORDER`."""
-    done = subprocess.run([python, "-c", _COUNT_CELLS], cwd=repo, env=env, text=True,
-                          capture_output=True, timeout=300)
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise DeviceRunError(f"the benchmark modules do not import: {tail[0]}")
-    found = [BenchClass(**item) for item in json.loads(done.stdout.splitlines()[-1])]
+    try:
+        cells = list_cells(python, env, repo)
+    except CellListError as exc:
+        raise DeviceRunError(str(exc)) from None
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for cell in cells:
+        methods = counts.setdefault((cell.module, cell.cls), {})
+        methods[cell.method] = methods.get(cell.method, 0) + 1
+    found = [BenchClass(module, name, methods) for (module, name), methods in counts.items()]
 
     def rank(item: BenchClass) -> tuple[int, str]:
         order = MODULE_ORDER.index(item.module) if item.module in MODULE_ORDER else 99

@@ -30,7 +30,6 @@ among them), and results are only ever added to.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -41,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mhabench.core.config import FRAMEWORKS
+from mhabench.suite.asv_config import write_config
 
 FACTOR = 1.12  # a change: asv's test significant and the ratio beyond this (confirmation)
 # The screen passes on every cell whose ratio asv marks beyond this, significant or not
@@ -123,20 +123,8 @@ def cell_pattern(cell: str) -> str:
 
 
 def _config(root: Path, folder: Path, stage: str) -> Path:
-    """The project's asv.conf.json with results and HTML in ``folder/stage``."""
-    from asv.util import load_json
-
-    conf = load_json(str(root / "asv.conf.json"), js_comments=True)
-    out = (folder / stage).resolve()
-    out.mkdir(parents=True)
-    # asv reads a config's paths from the config's own folder: make the project's absolute.
-    for key in ("repo", "benchmark_dir", "env_dir"):
-        if key in conf and not Path(conf[key]).is_absolute():
-            conf[key] = str((root / conf[key]).resolve())
-    conf.update(results_dir=str(out / "results"), html_dir=str(out / "html"))
-    path = out / "asv.conf.json"
-    path.write_text(json.dumps(conf, indent=1) + "\n")
-    return path
+    """The project's asv.conf.json with results and HTML in ``folder/stage`` (new)."""
+    return write_config(root, folder / stage)
 
 
 def _continuous(config: Path, options: Sequence[str], factor: float,

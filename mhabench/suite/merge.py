@@ -1,16 +1,23 @@
-"""Put another machine's asv results (a GPU run's ``results.tar.gz``, or a results folder)
-beside this machine's, so ``mhabench report`` shows the machines side by side.
+"""Put asv results from elsewhere beside this machine's: another machine's (a GPU run's
+``results.tar.gz``, or a results folder), so ``mhabench report`` shows the machines side
+by side, and the shards of one grid (``mhabench.suite.shard``), whose cells of one
+machine, commit and environment are unioned into one results file.
 
 Nothing already there is lost or overwritten: new files are copied; identical files are
 left alone; ``benchmarks.json`` gains the benchmarks it lacked (existing entries kept); a
-different file under the same name stops the merge before anything is written, naming
-it (import under another machine name with ``as_machine``).
+results file of the same commit and environment gains the cells it lacked (values,
+samples and stats as their shard recorded them; the benchmark's duration summed). The
+merge stops before anything is written, naming the files, when a cell has other values
+in two of them, when two ``machine.json`` differ, or when another file differs (import
+under another machine name with ``as_machine``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import shutil
 import sys
 import tarfile
@@ -51,6 +58,112 @@ def _rename_machine(folder: Path, new: str) -> None:
         path.write_text(json.dumps(data))
 
 
+# result_columns holding one entry per parameter cell
+PER_CELL = ("result", "samples")
+
+
+def _is_cell_column(column: str) -> bool:
+    return column in PER_CELL or column.startswith("stats_")
+
+
+def _rows(data: dict) -> dict[str, dict]:
+    columns = data["result_columns"]
+    return {name: dict(zip(columns, values, strict=False))
+            for name, values in data.get("results", {}).items()}
+
+
+def _cells(name: str, row: dict) -> list[str]:
+    params = row.get("params") or []
+    if not params:
+        return [name]
+    return [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
+
+
+def _same_value(a: object, b: object) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a)
+                      and math.isnan(b))
+
+
+def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) -> dict:
+    """One asv results file holding the cells of two shards of one machine, commit and
+    environment; a cell with other values in both is an error naming both files."""
+    for key in ("commit_hash", "env_name", "result_columns"):
+        if ours.get(key) != theirs.get(key):
+            raise MergeError(f"{ours_name} and {theirs_name} differ in {key} "
+                             f"({ours.get(key)!r} != {theirs.get(key)!r}): not shards of "
+                             "one run; nothing was merged")
+    columns = ours["result_columns"]
+    mine, other = _rows(ours), _rows(theirs)
+    out = dict(mine)
+    for name, row in other.items():
+        if name not in mine:
+            out[name] = row
+            continue
+        old = mine[name]
+        for key in ("params", "version"):
+            if old.get(key) != row.get(key):
+                raise MergeError(f"{name} has another {key} in {ours_name} than in "
+                                 f"{theirs_name}: not shards of one run; nothing was merged")
+        cells = _cells(name, old)
+        if not old.get("params"):  # one cell, scalar columns: whichever ran it
+            if old.get("result") is not None and row.get("result") is not None and not (
+                    _same_value(old["result"], row["result"])):
+                raise MergeError(f"{name} is in both {ours_name} and {theirs_name} with "
+                                 "other values; nothing was merged")
+            out[name] = old if old.get("result") is not None else row
+            continue
+        width = len(cells)
+        merged = dict(old)
+        for column in columns:
+            if not _is_cell_column(column):
+                continue
+            a = old.get(column) or [None] * width
+            b = row.get(column) or [None] * width
+            merged[column] = [x if x is not None else y for x, y in zip(a, b, strict=True)]
+        ra, rb = old.get("result") or [None] * width, row.get("result") or [None] * width
+        for cell, x, y in zip(cells, ra, rb, strict=True):
+            if x is not None and y is not None and not _same_value(x, y):
+                raise MergeError(f"{cell} is in both {ours_name} and {theirs_name} with "
+                                 "other values: a cell belongs to one shard; nothing was "
+                                 "merged")
+        new = [y is not None and x is None for x, y in zip(ra, rb, strict=True)]
+        if any(new):
+            starts = [v for v in (old.get("started_at"), row.get("started_at")) if v]
+            merged["started_at"] = min(starts) if starts else None
+            merged["duration"] = (old.get("duration") or 0) + (row.get("duration") or 0)
+        merged["profile"] = old.get("profile") or row.get("profile")
+        out[name] = merged
+    data = dict(ours)
+    data["results"] = {name: _trim([row.get(c) for c in columns]) for name, row in out.items()}
+    durations = dict(theirs.get("durations") or {})
+    durations.update(ours.get("durations") or {})
+    data["durations"] = durations
+    return data
+
+
+def _count(data: dict) -> int:
+    """Cells with a result (a value or n/a) in an asv results file."""
+    count = 0
+    for row in _rows(data).values():
+        result = row.get("result")
+        count += sum(v is not None for v in result) if isinstance(result, list) else (
+            result is not None)
+    return count
+
+
+def _trim(values: list) -> list:
+    """asv's row: trailing empty columns dropped."""
+    while values and values[-1] is None:
+        values.pop()
+    return values
+
+
+def _machine_difference(ours: dict, theirs: dict) -> str:
+    keys = sorted(set(ours) | set(theirs))
+    return ", ".join(f"{k}: {ours.get(k)!r} != {theirs.get(k)!r}" for k in keys
+                     if ours.get(k) != theirs.get(k))
+
+
 def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> list[str]:
     """Merge the asv results in ``src`` into the results folder ``dest``; returns one line
     per file added or extended."""
@@ -71,15 +184,32 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
             machines[0].rename(copy / as_machine)
             root = copy
         plan: list[tuple[Path, Path]] = []
+        unions: list[tuple[Path, dict]] = []
         for path in sorted(root.rglob("*")):
             if not path.is_file() or path.name == BENCHMARKS:
                 continue
             target = dest / path.relative_to(root)
             if target.exists():
-                if target.read_bytes() != path.read_bytes():
+                if target.read_bytes() == path.read_bytes():
+                    continue
+                if path.name == "machine.json":
+                    differ = _machine_difference(json.loads(target.read_text()),
+                                                 json.loads(path.read_text()))
+                    raise MergeError(
+                        f"{target} and {path} describe the machine differently ({differ}); "
+                        "nothing was merged (import under another machine name, e.g. "
+                        "--as-machine NAME)")
+                try:
+                    ours_data, theirs_data = (json.loads(p.read_text()) for p in (target, path))
+                    is_results = all("result_columns" in d for d in (ours_data, theirs_data))
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    is_results = False
+                if not is_results:
                     raise MergeError(
                         f"{target} exists with other contents; nothing was merged (import "
                         "under another machine name, e.g. --as-machine NAME)")
+                unions.append((target, union_results(ours_data, theirs_data, str(target),
+                                                     str(path))))
                 continue
             plan.append((path, target))
         ours = dest / BENCHMARKS
@@ -91,12 +221,53 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
             done.append(f"added {target}")
+        for target, data in unions:  # written whole, then renamed over: never half a file
+            before = _count(json.loads(target.read_text()))
+            partial = target.with_name(target.name + ".partial")
+            partial.write_text(json.dumps(data))
+            partial.replace(target)
+            done.append(f"extended {target}: {_count(data) - before} cell(s) added, "
+                        f"{before} kept")
         if added or not ours.is_file():
             dest.mkdir(parents=True, exist_ok=True)
             ours.write_text(json.dumps({**known, **added}, indent=4))
             done.append(f"{ours}: {len(added)} benchmark(s) added, "
                         f"{len(known)} kept")
     return done
+
+
+def check_shards(plan_path: str | Path, sources: list[Path]) -> None:
+    """Every cell of the plan is in exactly one of ``sources`` (the shards' results
+    folders), or a MergeError names the incomplete shard or the two files."""
+    from mhabench.suite.shard import done_cells, expected_cells, load_plan
+
+    plan = load_plan(plan_path)
+    where: dict[str, Path] = {}
+    for source in sources:
+        if not (source / BENCHMARKS).is_file() or not any(
+                (source / plan.machine).glob(f"{plan.commit[:8]}-*.json")):
+            raise MergeError(f"{str(source)!r} holds no asv results of machine "
+                             f"{plan.machine!r} at {plan.commit[:8]}: a shard that has not "
+                             "run, or not a shard's results folder")
+        for cell in done_cells(source, plan.machine, plan.commit):
+            if cell in where:
+                raise MergeError(f"{cell} is in both {where[cell]} and {source}: a cell "
+                                 "belongs to one shard; nothing was merged")
+            where[cell] = source
+    expected = expected_cells(plan)
+    missing: dict[int, list[str]] = {}
+    for cell, index in expected.items():
+        if cell not in where:
+            missing.setdefault(index, []).append(cell)
+    if missing:
+        parts = [f"shard {k}: {len(v)} cell(s) without a result (e.g. {v[0]})"
+                 for k, v in sorted(missing.items())]
+        raise MergeError("incomplete shards, nothing was merged: " + "; ".join(parts) +
+                         f" (run `mhabench shard run {plan_path} K` again)")
+    extra = sorted(set(where) - set(expected))
+    if extra:
+        raise MergeError(f"{len(extra)} cell(s) in the sources are not in the plan (e.g. "
+                         f"{extra[0]} in {where[extra[0]]}): not this plan's shards")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,384 @@
+"""The grid as shards of near-equal predicted time, each run by asv on a host of its own
+and merged back into one history (``mhabench.suite.merge``).
+
+asv has no distributed runner and no command that merges shards (asv issue #1362), so the
+conventional fan-out / fan-in: a plan file lists every asv cell of the grid split into N
+shards; ``run_shard`` runs one shard's cells with asv (``-b`` selects them by name) into a
+results folder of its own; a scheduler (``mhabench.suite.slurm``) starts one shard per node
+or GPU. A shard is restartable: run again, it times only its cells that have no result
+yet, and asv keeps the cells already in its results file.
+
+**Timing validity.** Shards that share cores or a memory bus disturb each other's clocks:
+run one shard per node (CPU grids), per GPU (``CUDA_VISIBLE_DEVICES``), or per socket with
+pinning. ``run_shard`` warns when another shard runs on this host without a device of
+its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mhabench.suite.asv_config import write_config
+from mhabench.suite.cells import Cell, list_cells
+
+PLAN_VERSION = 1
+GRIDS = ("tiny", "quick", "full")
+# One asv process of a cell beyond its samples: fork, build, compile and warm the step,
+# settle the heap (measured: the tiny grid's 1,021 processes took 1.1 s each here, the
+# quick grid's about 3 s). A previous run's recorded durations replace the guess.
+PROCESS_S = {"cpu": 2.0, "cuda": 4.0}
+# Where no calibration is stored: a 2-core VM's float32 matmul, an H200's.
+DEFAULT_GFLOPS = {"cpu": 20.0, "cuda": 50_000.0}
+WARM_CALLS = 10  # prepare's warm-up and the settle, in steps, before asv's own warm-up
+CHUNK_CELLS = 60  # cells per asv invocation of a shard: progress saved at each one's end
+
+
+class ShardError(ValueError):
+    """Bad input to the shard commands, named in one line."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    cells: list[str]  # asv's cell names, as asv compare prints them
+    predicted_seconds: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    commit: str
+    grid: str
+    devices: str
+    machine: str
+    predicted_from: str  # how the cells' times were predicted
+    shards: list[Shard]
+    version: int = PLAN_VERSION
+
+    @property
+    def cells(self) -> int:
+        return sum(len(s.cells) for s in self.shards)
+
+    def summary(self) -> str:
+        sizes = [s.predicted_seconds for s in self.shards]
+        mean = sum(sizes) / len(sizes)
+        return (f"{len(self.shards)} shard(s), {self.cells} cells, predicted largest "
+                f"{_hours(max(sizes))}, mean {_hours(mean)} (balance "
+                f"{max(sizes) / mean if mean else 1:.3f}); times from {self.predicted_from}")
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        if path.exists():
+            raise ShardError(f"{str(path)!r} exists: plans are never overwritten; "
+                             "choose another --out")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        shards = [Shard(int(s["index"]), list(s["cells"]), float(s["predicted_seconds"]))
+                  for s in data["shards"]]
+        return Plan(data["commit"], data["grid"], data["devices"], data["machine"],
+                    data["predicted_from"], shards, int(data["version"]))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ShardError(f"{str(path)!r} is not a shard plan written by mhabench shard "
+                         f"plan ({type(exc).__name__}: {exc})") from None
+
+
+# ----- prediction -------------------------------------------------------------------------
+def _config(cell: Cell) -> Any:
+    """The AttentionConfig a cell times, or None (calibration and other non-attention
+    classes)."""
+    from mhabench.core.config import AttentionConfig
+
+    fields = {k: v for k, v in cell.params.items() if k != "threads"}
+    try:
+        return AttentionConfig.from_dict(fields)
+    except (TypeError, ValueError):
+        return None
+
+
+def step_seconds(cells: Sequence[Cell], frame: Any, machine: str) -> tuple[list[float], str]:
+    """Each cell's predicted step time, and where the times came from: a stored time of the
+    same cell on ``machine``; else the time model fitted to the stored results; else the
+    cost model at the machine's calibrated matmul rate (or a default rate)."""
+    from mhabench.core.cost import cost
+
+    measured: dict[str, float] = {}
+    models: dict = {}
+    rates: dict[tuple[str, str, str], float] = {}
+    if frame is not None and not frame.empty:
+        from mhabench.analysis.results import calibration_table, latest
+        from mhabench.analysis.timemodel import fit_models
+
+        mine = frame[frame["machine"] == machine]
+        times = latest(mine[mine["kind"] == "time"])
+        measured = dict(zip(times["asv_cell"], times["value"], strict=True))
+        models = fit_models(mine) if not mine.empty else {}
+        for row in calibration_table(mine).itertuples():
+            rates[(row.framework, row.device, row.dtype)] = float(row.peak_gflops)
+    used: dict[str, int] = {}
+    out = []
+    for cell in cells:
+        twin = f"{cell.module}.{cell.cls}.time_step({', '.join(cell.values)})"
+        config = _config(cell)
+        key = (machine, *(getattr(config, f) for f in ("framework", "backend", "device",
+                                                        "dtype"))) if config else None
+        if cell.name in measured or twin in measured:
+            seconds, source = measured.get(cell.name, measured.get(twin)), "stored times"
+        elif config is not None and key in models:
+            seconds, source = sum(models[key].terms(config).values()), "the time model"
+        elif config is not None:
+            rate = rates.get((config.framework, config.device, config.dtype),
+                             DEFAULT_GFLOPS[config.device])
+            seconds, source = cost(config).flops_model / (rate * 1e9), "the cost model"
+        else:
+            seconds, source = 1e-3, "a default"
+        used[source] = used.get(source, 0) + 1
+        out.append(max(float(seconds), 1e-6))
+    return out, ", ".join(f"{k} ({v} cells)" for k, v in sorted(used.items()))
+
+
+def cell_seconds(cell: Cell, step: float, device: str) -> float:
+    """What asv spends on one cell: per process (``rounds`` of them for a timing) the
+    start-up, the warm-up and the samples asv's ``repeat`` asks for."""
+    start = PROCESS_S.get(device, PROCESS_S["cpu"]) + WARM_CALLS * step
+    if cell.kind != "time":
+        return start + step
+    repeat = cell.repeat
+    if isinstance(repeat, list | tuple) and len(repeat) == 3:
+        lo, hi, max_time = repeat
+        samples = min(max(float(max_time), lo * step), hi * step)
+    else:
+        samples = max(int(repeat or 10), 1) * step
+    return max(int(cell.rounds), 1) * (start + float(cell.warmup_time) + samples)
+
+
+def recorded_durations(results: Path, machine: str) -> dict[str, tuple[float, int]]:
+    """benchmark -> (asv's recorded duration, cells it ran) from the newest results file
+    of ``machine`` holding it."""
+    out: dict[str, tuple[float, int, float]] = {}
+    for path in sorted((Path(results) / machine).glob("*.json")):
+        if path.name == "machine.json":
+            continue
+        try:
+            data = json.loads(path.read_text())
+            columns, date = data["result_columns"], float(data.get("date") or 0)
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+        for name, values in data.get("results", {}).items():
+            row = dict(zip(columns, values, strict=False))
+            result = row.get("result")
+            ran = sum(v is not None for v in result) if isinstance(result, list) else 1
+            if row.get("duration") and ran and (name not in out or out[name][2] <= date):
+                out[name] = (float(row["duration"]), ran, date)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def balance(seconds: dict[str, float], shards: int) -> list[Shard]:
+    """Longest processing time first: each cell, longest first (ties by name), to the
+    shard with the least predicted time so far (ties by index). Deterministic."""
+    heap = [(0.0, k) for k in range(shards)]
+    members: list[list[str]] = [[] for _ in range(shards)]
+    for name, s in sorted(seconds.items(), key=lambda item: (-item[1], item[0])):
+        total, k = heapq.heappop(heap)
+        members[k].append(name)
+        heapq.heappush(heap, (total + s, k))
+    return [Shard(k, sorted(members[k]), round(sum(seconds[c] for c in members[k]), 3))
+            for k in range(shards)]
+
+
+def make_plan(repo: Path, grid: str, shards: int, devices: str, machine: str,
+              results: Path | None = None, python: str = sys.executable,
+              bench: str | None = None) -> Plan:
+    """The plan of ``grid`` for ``shards`` hosts at ``repo``'s checked-out commit
+    (``bench``: only the cells whose asv name matches this regex)."""
+    if grid not in GRIDS:
+        raise ShardError(f"--grid {grid!r} is not allowed; choose one of {', '.join(GRIDS)}")
+    if shards < 1:
+        raise ShardError(f"--shards {shards} is not allowed; give 1 or more")
+    if devices not in ("cpu", "cuda"):
+        raise ShardError(f"--devices {devices!r} is not allowed; choose cpu or cuda")
+    try:
+        pattern = re.compile(bench) if bench else None
+    except re.error as exc:
+        raise ShardError(f"--bench {bench!r} is not a regular expression ({exc})") from None
+    commit = _head(repo)
+    env = {**os.environ, "MHABENCH_GRID": grid, "MHABENCH_DEVICES": devices}
+    cells = [c for c in list_cells(python, env, repo) if not pattern or pattern.search(c.name)]
+    if not cells:
+        raise ShardError(f"the {grid} grid has no cell matching --bench {bench!r}")
+    frame = None
+    if results is not None:
+        from mhabench.analysis.results import load_results
+
+        frame = load_results(results).frame
+    steps, source = step_seconds(cells, frame, machine)
+    seconds = {c.name: cell_seconds(c, s, devices) for c, s in zip(cells, steps, strict=True)}
+    if results is not None:
+        durations = recorded_durations(results, machine)
+        by_bench: dict[str, list[Cell]] = {}
+        for c in cells:
+            by_bench.setdefault(c.benchmark, []).append(c)
+        scaled = 0
+        for name, members in by_bench.items():
+            if name in durations:  # the recorded total, split as predicted
+                total, ran = durations[name]
+                per_cell = total / ran
+                predicted = sum(seconds[c.name] for c in members) / len(members)
+                for c in members:
+                    seconds[c.name] *= per_cell / predicted
+                scaled += len(members)
+        if scaled:
+            source += f"; scaled to recorded asv durations ({scaled} cells)"
+    return Plan(commit, grid, devices, machine, source, balance(seconds, shards))
+
+
+def _head(repo: Path) -> str:
+    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise ShardError(f"{str(repo)!r} is not a git checkout: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+# ----- running a shard --------------------------------------------------------------------
+def done_cells(results: Path, machine: str, commit: str) -> set[str]:
+    """Cells with a result (a value, or n/a: attempted and skipped) in the asv results of
+    ``machine`` at ``commit`` under ``results``; failed cells (no value) are not done."""
+    out: set[str] = set()
+    for path in (Path(results) / machine).glob(f"{commit[:8]}-*.json"):
+        data = json.loads(path.read_text())
+        if data.get("commit_hash") != commit:
+            continue
+        for name, values in data.get("results", {}).items():
+            row = dict(zip(data["result_columns"], values, strict=False))
+            params, result = row.get("params") or [], row.get("result")
+            if not params:
+                if result is not None:
+                    out.add(name)
+                continue
+            combos = _product(params)
+            for combo, value in zip(combos, result or [None] * len(combos), strict=True):
+                if value is not None:
+                    out.add(f"{name}({', '.join(combo)})")
+    return out
+
+
+def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
+    import itertools
+
+    return list(itertools.product(*params))
+
+
+def shard_folder(plan_path: Path, index: int) -> Path:
+    """Where shard ``index`` of a plan keeps its asv config and results by default."""
+    return Path(plan_path).resolve().parent / f"{Path(plan_path).stem}-shard-{index}"
+
+
+def _neighbours(index: int, plan: Plan) -> list[str]:
+    """Other shard runs alive on this host that share its devices (registered under the
+    temporary folder by pid); registers this one."""
+    registry = Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
+    registry.mkdir(exist_ok=True)
+    mine = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    found = []
+    for entry in registry.glob("*.json"):
+        try:
+            other = json.loads(entry.read_text())
+            os.kill(int(entry.stem), 0)
+        except (OSError, ValueError, json.JSONDecodeError):
+            entry.unlink(missing_ok=True)
+            continue
+        if plan.devices == "cpu" or not mine or other.get("devices") in ("", mine):
+            found.append(f"shard {other.get('index')} (pid {entry.stem})")
+    (registry / f"{os.getpid()}.json").write_text(json.dumps({"index": index,
+                                                              "devices": mine}))
+    return found
+
+
+def _unregister() -> None:
+    registry = Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
+    (registry / f"{os.getpid()}.json").unlink(missing_ok=True)
+
+
+def run_shard(plan_path: Path, index: int, *, repo: Path = Path("."),
+              folder: Path | None = None, python: str | None = None,
+              asv_args: Sequence[str] = (), chunk: int = CHUNK_CELLS,
+              echo: Callable[[str], None] = print) -> Path:
+    """Run shard ``index`` of the plan with asv at the plan's commit, into ``folder``
+    (default :func:`shard_folder`); returns its results folder. ``python="same"`` runs in
+    this interpreter's environment (asv ``--python=same``) instead of asv's own."""
+    plan = load_plan(plan_path)
+    if not 0 <= index < len(plan.shards):
+        raise ShardError(f"shard {index} is out of range: the plan has shards 0.."
+                         f"{len(plan.shards) - 1}")
+    head = _head(repo)
+    if head != plan.commit:
+        raise ShardError(f"the plan is for commit {plan.commit[:12]}, this checkout is at "
+                         f"{head[:12]}: check out the plan's commit or make a new plan")
+    folder = Path(folder) if folder else shard_folder(plan_path, index)
+    config = folder / "asv.conf.json"
+    if not config.exists():
+        write_config(repo, folder, exist_ok=True)
+    results = folder / "results"
+    shard = plan.shards[index]
+    todo = [c for c in shard.cells if c not in done_cells(results, plan.machine, plan.commit)]
+    echo(f"shard {index}: {len(shard.cells) - len(todo)} of {len(shard.cells)} cells "
+         f"already done, {len(todo)} to run (results in {results})")
+    neighbours = _neighbours(index, plan)
+    if neighbours:
+        echo(f"shard {index}: warning: {', '.join(neighbours)} also runs on this host "
+             "without a device of its own: their clocks disturb each other; the times "
+             "are not comparable with an unshared run")
+    env = {**os.environ, "MHABENCH_GRID": plan.grid, "MHABENCH_DEVICES": plan.devices}
+    try:
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            cmd = [sys.executable, "-m", "asv", "run", "--config", str(config.resolve()),
+                   "--machine", plan.machine, "--record-samples", "--show-stderr",
+                   *asv_args]
+            cmd += ["--python=same", "--set-commit-hash", plan.commit] if python == "same" \
+                else [f"{plan.commit}^!"]
+            for cell in part:
+                cmd += ["-b", "^" + re.escape(cell) + "$"]
+            done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+            echo(done.stdout[-4000:] + done.stderr[-4000:])
+            if done.returncode not in (0, 2):  # 2: asv ran, some cell failed
+                raise RuntimeError(f"asv run failed (exit status {done.returncode}) on "
+                                   f"shard {index}: {(done.stdout + done.stderr)[-800:]}")
+            echo(f"shard {index}: {min(start + chunk, len(todo))} of {len(todo)} cells run")
+    finally:
+        _unregister()
+    missing = [c for c in shard.cells if c not in done_cells(results, plan.machine,
+                                                             plan.commit)]
+    if missing:
+        echo(f"shard {index}: {len(missing)} cell(s) have no result (failed): e.g. "
+             f"{missing[0]}")
+    return results
+
+
+def expected_cells(plan: Plan) -> dict[str, int]:
+    """cell -> the shard it belongs to."""
+    return {c: s.index for s in plan.shards for c in s.cells}
+
+
+__all__ = ["Plan", "Shard", "ShardError", "balance", "cell_seconds", "done_cells",
+           "expected_cells", "load_plan", "make_plan", "run_shard", "shard_folder",
+           "step_seconds"]
