@@ -36,6 +36,8 @@ def add_command(sub: Any) -> None:
                      "(default: PLAN-shard-INDEX beside the plan)")
     run.add_argument("--python", default=None, help="'same': time in this interpreter's "
                      "environment (asv --python=same) instead of asv's own")
+    run.add_argument("--quick", action="store_true",
+                     help="asv --quick: one sample a cell (a smoke run, not for timing)")
     run.set_defaults(func=run_shard)
 
     slurm = actions.add_parser("slurm", help="write (and --submit) a Slurm job array for a "
@@ -45,7 +47,12 @@ def add_command(sub: Any) -> None:
                        "fan-in job goes beside it as *-merge.sbatch")
     slurm.add_argument("--results", default=".asv/results",
                        help="where the fan-in merges the shards (default .asv/results)")
+    slurm.add_argument("--html", default=".asv/html",
+                       help="where the fan-in publishes asv's site (default .asv/html)")
+    slurm.add_argument("--reports", default="reports",
+                       help="where the fan-in writes its report (default reports)")
     slurm.add_argument("--python", default=None, help="passed to each shard run ('same')")
+    slurm.add_argument("--quick", action="store_true", help="passed to each shard run")
     slurm.add_argument("--k8s", default=None, metavar="FILE",
                        help="also write a Kubernetes Indexed Job manifest (JSON)")
     slurm.add_argument("--image", default="mhabench:latest",
@@ -80,6 +87,7 @@ def run_shard(args: argparse.Namespace) -> int:
         raise ValueError(f"--python {args.python!r} is not allowed; 'same' or leave it out")
     try:
         results = run(Path(args.plan), args.index, folder=args.folder, python=args.python,
+                      asv_args=["--quick"] if args.quick else [],
                       echo=lambda text: print(text, file=sys.stderr, flush=True))
     except RuntimeError as err:
         raise CLIError(str(err).replace("\n", " ")) from err
@@ -94,9 +102,12 @@ def run_slurm(args: argparse.Namespace) -> int:
     if args.python not in (None, "same"):
         raise ValueError(f"--python {args.python!r} is not allowed; 'same' or leave it out")
     plan = load_plan(args.plan)
+    run_args = " ".join([*(["--python same"] if args.python else []),
+                         *(["--quick"] if args.quick else [])])
     array, fanin = write_slurm(plan, Path(args.plan), Path(args.out), repo=Path("."),
-                               python=sys.executable, results=Path(args.results).resolve(),
-                               run_args="--python same" if args.python else "")
+                               python=sys.executable, results=Path(args.results),
+                               html=Path(args.html), reports=Path(args.reports),
+                               run_args=run_args)
     print(f"mhabench shard slurm: {len(plan.shards)}-task array in {array}, fan-in in {fanin}")
     if args.k8s:
         job = write_json(k8s_job(plan, args.plan, args.image), Path(args.k8s))

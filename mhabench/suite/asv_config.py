@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 
-def write_config(root: Path, out: Path, exist_ok: bool = False) -> Path:
+def write_config(root: Path, out: Path, exist_ok: bool = False,
+                 results: Path | None = None, html: Path | None = None) -> Path:
     """Write ``out/asv.conf.json``: ``root``'s config with ``results_dir`` and
-    ``html_dir`` under ``out`` (created; it must be new unless ``exist_ok``)."""
+    ``html_dir`` under ``out`` (or at ``results``, ``html``); ``out`` is created and must
+    be new unless ``exist_ok``."""
     from asv.util import load_json
 
     conf = load_json(str(Path(root) / "asv.conf.json"), js_comments=True)
@@ -20,7 +22,8 @@ def write_config(root: Path, out: Path, exist_ok: bool = False) -> Path:
     for key in ("repo", "benchmark_dir", "env_dir"):
         if key in conf and not Path(conf[key]).is_absolute():
             conf[key] = str((Path(root) / conf[key]).resolve())
-    conf.update(results_dir=str(out / "results"), html_dir=str(out / "html"))
+    conf.update(results_dir=str(Path(results or out / "results").resolve()),
+                html_dir=str(Path(html or out / "html").resolve()))
     path = out / "asv.conf.json"
     path.write_text(json.dumps(conf, indent=1) + "\n")
     return path

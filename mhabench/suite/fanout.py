@@ -14,9 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from mhabench.suite.asv_config import write_config
 from mhabench.suite.shard import Plan, ShardError, shard_folder
-
-REPORTS = "reports"
 
 
 def _cli(python: str) -> str:
@@ -41,12 +40,13 @@ def array_script(plan: Plan, plan_path: Path, repo: Path, logs: Path, python: st
 
 
 def fanin_script(plan: Plan, plan_path: Path, repo: Path, logs: Path, python: str,
-                 results: Path) -> str:
+                 results: Path, publish: Path, reports: Path) -> str:
     """The fan-in job: merge every shard's results into ``results`` (checked against the
-    plan), publish asv's site from them, write a new report."""
+    plan), publish asv's site from them (the asv config ``publish``), write a new report
+    into ``reports``."""
     shards = " ".join(shlex.quote(str(shard_folder(plan_path, s.index) / "results"))
                       for s in plan.shards)
-    report = f"{REPORTS}/report-{plan.commit[:8]}-sharded-$(date -u +%Y%m%dT%H%M%SZ).html"
+    report = f"{reports}/report-{plan.commit[:8]}-sharded-$(date -u +%Y%m%dT%H%M%SZ).html"
     return (f"#!/bin/bash\n"
             f"#SBATCH --job-name=mhabench-{plan.grid}-{plan.commit[:8]}-merge\n"
             f"#SBATCH --nodes=1\n#SBATCH --ntasks=1\n"
@@ -55,14 +55,16 @@ def fanin_script(plan: Plan, plan_path: Path, repo: Path, logs: Path, python: st
             f"set -euo pipefail\n"
             f"{_cli(python)} merge --plan {shlex.quote(str(plan_path))} "
             f"--into {shlex.quote(str(results))} {shards}\n"
-            f"{shlex.quote(python)} -m asv publish\n"
+            f"{shlex.quote(python)} -m asv publish --config {shlex.quote(str(publish))}\n"
             f"{_cli(python)} report --results {shlex.quote(str(results))} --out \"{report}\"\n")
 
 
 def write_slurm(plan: Plan, plan_path: Path, out: Path, *, repo: Path, python: str,
-                results: Path, run_args: str = "") -> tuple[Path, Path]:
-    """Write the array script to ``out`` and the fan-in beside it (``*-merge.sbatch``);
-    neither may exist yet."""
+                results: Path, html: Path, reports: Path, run_args: str = ""
+                ) -> tuple[Path, Path]:
+    """Write the array script to ``out`` and the fan-in beside it (``*-merge.sbatch``,
+    with the asv config it publishes ``results`` to ``html`` with); neither may exist
+    yet."""
     out = Path(out)
     fanin = out.with_name(out.stem + "-merge" + out.suffix)
     for path in (out, fanin):
@@ -72,8 +74,11 @@ def write_slurm(plan: Plan, plan_path: Path, out: Path, *, repo: Path, python: s
     logs = out.resolve().parent / "slurm-logs"
     logs.mkdir(parents=True, exist_ok=True)
     plan_path, repo = Path(plan_path).resolve(), Path(repo).resolve()
+    publish = write_config(repo, out.resolve().parent / f"{out.stem}-publish", exist_ok=True,
+                           results=results, html=html)
     out.write_text(array_script(plan, plan_path, repo, logs, python, run_args))
-    fanin.write_text(fanin_script(plan, plan_path, repo, logs, python, results))
+    fanin.write_text(fanin_script(plan, plan_path, repo, logs, python, Path(results).resolve(),
+                                  publish, Path(reports).resolve()))
     return out, fanin
 
 
