@@ -119,7 +119,8 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
                 continue
             a = old.get(column) or [None] * width
             b = row.get(column) or [None] * width
-            merged[column] = [x if x is not None else y for x, y in zip(a, b, strict=True)]
+            values = [x if x is not None else y for x, y in zip(a, b, strict=True)]
+            merged[column] = values if any(v is not None for v in values) else None
         ra, rb = old.get("result") or [None] * width, row.get("result") or [None] * width
         for cell, x, y in zip(cells, ra, rb, strict=True):
             if x is not None and y is not None and not _same_value(x, y):
