@@ -29,7 +29,10 @@ def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 600,
 
 
 def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=300)
+    """``code`` in a fresh interpreter; torch's compiler machinery is not imported up
+    front (MHABENCH_PREIMPORT, 3-4 s a process): these checks compile nothing."""
+    return run([sys.executable, "-c", textwrap.dedent(code)],
+               env={"MHABENCH_PREIMPORT": "torch,jax", **env}, timeout=300)
 
 
 # ----- fast checks of the suite's logic (no asv) -------------------------------------------

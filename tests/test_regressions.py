@@ -152,6 +152,21 @@ def test_a_third_of_the_cells_slower_on_a_drifting_machine_still_holds() -> None
     assert np.median(absorbed) < 0.09, absorbed
 
 
+def test_a_burst_at_the_step_s_commit_leaves_the_step_at_its_commit() -> None:
+    """CI's real history: the run at the planted commit also moved as a whole (a 1.12x
+    burst). That run counts as no clean evidence, but it stays in the group's series: the
+    step is placed at its commit (not at the next one) and holds on the clean ones."""
+    rng = np.random.default_rng(12)
+    planted = range(18)
+    verdicts = regressions(suite(rng, 58, 6, steps={c: (3, 1.5) for c in planted},
+                                 runs={3: 1.2}, process_noise=0.16, groups=5,
+                                 group_of={c: 5 for c in planted}), 1.1)
+    assert [r.position for _, r in verdicts.disturbed_runs()] == [3]
+    assert [(g.after, g.verdict) for g in verdicts.groups if g.verdict != "noise"] == [
+        (f"{3:040x}", "holds")]
+    assert sum(verdicts_at(verdicts.steps, c, 3) == ["holds"] for c in planted) >= 16
+
+
 def test_a_step_at_the_newest_commit_or_on_one_commit_is_a_candidate() -> None:
     rng = np.random.default_rng(3)
     found = regressions(suite(rng, 30, 6, steps={0: (5, 1.6), 1: (1, 1.6)}), 1.1).steps

@@ -295,8 +295,9 @@ def regressions(histories_: Sequence[History], threshold: float,
         runs_at = {r.position: r for r in group_runs}
         run_disturbed = np.array([runs_at[k].disturbed if k in runs_at else False
                                   for k in range(len(commits))])
-        disturbed = np.array([[run_disturbed[k] or bool(load and load.disturbed)
-                               for k, load in enumerate(row)] for row in cell_loads])
+        loaded = np.array([[bool(load and load.disturbed) for load in row]
+                           for row in cell_loads])
+        disturbed = loaded | run_disturbed[None, :]
         residuals = x - run[None, :]
         sigmas = noise_scales(residuals, disturbed, [h.benchmark for h in members])
         cell_steps: dict[int, dict[int, Step]] = {}  # member -> after position -> step
@@ -307,8 +308,11 @@ def regressions(histories_: Sequence[History], threshold: float,
                                threshold, confirmations, own):
                 cell_steps.setdefault(i, {})[index[step.after]] = step
         for group, rows in _group_members(members).items():
+            # A run that moved as a whole stays in the group's series (its effect is
+            # taken out; it only does not count as clean evidence), so the step is placed
+            # at its commit; a cell timed under load is left out of the median.
             for found, seg_b, seg_a in _group_steps(
-                    key, group, rows, residuals - level[:, None], disturbed, sigmas, commits,
+                    key, group, rows, residuals - level[:, None], loaded, sigmas, commits,
                     threshold, run_disturbed):
                 verdicts.groups.append(found)
                 if found.verdict not in ("holds", "candidate"):
@@ -349,7 +353,7 @@ def _group_steps(key: tuple[str, str, str], group: str, rows: list[int], deviati
                  threshold: float, run_disturbed: np.ndarray
                  ) -> list[tuple[GroupStep, tuple[int, int], tuple[int, int]]]:
     """The steps of one framework/backend's median cell (deviations from each cell's own
-    level, run effects removed; a cell's value at a commit where it timed disturbed left
+    level, run effects removed; a cell's value at a commit where it timed under load left
     out): a median over n cells has an SD of about median_se(n) * sigma / sqrt(n)."""
     values = np.where(disturbed[rows], np.nan, deviations[rows])
     counts = np.isfinite(values).sum(axis=0)
