@@ -100,20 +100,17 @@ class Cluster:
 def start(root: Path) -> Cluster:
     """munged, slurmctld and slurmd under ``root``; waits until the node is idle."""
     root.mkdir(parents=True, exist_ok=True)
-    munge_dir = root / "munge"
-    munge_dir.mkdir()
     munge = pwd.getpwnam("munge")
-    key = munge_dir / "munge.key"
-    shutil.copy("/etc/munge/munge.key", key)
-    for path in (munge_dir, key):
-        os.chown(path, munge.pw_uid, munge.pw_gid)
-    os.chmod(munge_dir, 0o700)
-    os.chmod(key, 0o600)
-    # munged refuses a socket folder others can write to, and one it cannot reach: the
-    # test's temporary folders are root's (0700), so the socket lives in a folder of its own.
+    # munged refuses a key or socket folder it cannot reach or others can write to: the
+    # test's temporary folders are root's (0700), so munge gets a folder of its own.
     run_dir = Path("/tmp") / f"mhabench-munge-{os.getpid()}-{time.monotonic_ns()}"
-    run_dir.mkdir(mode=0o755)
-    os.chown(run_dir, munge.pw_uid, munge.pw_gid)
+    run_dir.mkdir()
+    os.chmod(run_dir, 0o755)  # munged: the socket's folder must be searchable by all
+    key = run_dir / "munge.key"
+    shutil.copy("/etc/munge/munge.key", key)
+    os.chmod(key, 0o600)
+    for path in (run_dir, key):
+        os.chown(path, munge.pw_uid, munge.pw_gid)
     sock = run_dir / "munge.socket"
     cluster = Cluster(root, {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}, run_dir)
     subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged",
@@ -157,7 +154,12 @@ PartitionName=test Nodes={name} Default=YES MaxTime=INFINITE State=UP OverSubscr
         for daemon in ("slurmctld", "slurmd"):
             subprocess.run([f"/usr/sbin/{daemon}", "-f", str(root / "slurm.conf")],
                            env=cluster.env, check=True, timeout=60)
-            cluster.pids[daemon] = int((root / f"{daemon}.pid").read_text())
+            pid_file = root / f"{daemon}.pid"
+            for _ in range(100):  # the daemon writes it just after it detaches
+                if pid_file.exists() and pid_file.read_text().strip():
+                    break
+                time.sleep(0.1)
+            cluster.pids[daemon] = int(pid_file.read_text())
         end = time.monotonic() + 60
         while time.monotonic() < end:
             state = cluster.run("sinfo", "-h", "-o", "%T").stdout.strip()

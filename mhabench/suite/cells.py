@@ -10,6 +10,7 @@ listing runs in a fresh interpreter with that environment (``list_cells``). The 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ print(json.dumps(out, default=str))
 """
 
 
-class CellListError(RuntimeError):
+class CellListError(ValueError):
     """The benchmark modules could not be imported under the requested grid."""
 
 
@@ -83,6 +84,9 @@ class Cell:
 def list_cells(python: str, env: dict[str, str], repo: Path) -> list[Cell]:
     """The suite's cells under ``env`` (its MHABENCH_GRID and MHABENCH_DEVICES), listed
     by ``python`` in ``repo`` (the folder holding ``benchmarks/``), in module order."""
+    if env.get("ASV_PYTHONPATH"):  # as asv's benchmark processes see it (plug-ins)
+        env = {**env, "PYTHONPATH": os.pathsep.join(
+            p for p in (env["ASV_PYTHONPATH"], env.get("PYTHONPATH", "")) if p)}
     done = subprocess.run([python, "-c", _LIST], cwd=repo, env=env, text=True,
                           capture_output=True, timeout=600)
     if done.returncode != 0:
