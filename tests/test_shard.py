@@ -6,6 +6,7 @@ scheduler files, and the whole fan-out / fan-in on a real single-node Slurm clus
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -22,14 +23,8 @@ from conftest import EXAMPLES, ROOT
 from mhabench.suite.cells import Cell
 from mhabench.suite.fanout import ci_matrix, k8s_job
 from mhabench.suite.merge import MergeError, check_shards, merge
-from mhabench.suite.shard import (
-    Plan,
-    Shard,
-    balance,
-    cell_seconds,
-    done_cells,
-    load_plan,
-)
+from mhabench.suite.shard import Plan, Shard, balance, cell_seconds, load_plan
+from mhabench.suite.shard_run import attempted, done_cells, finite_cells
 
 FIXTURE = ROOT / "tests" / "fixtures" / "asv_results"
 SLURM_CELLS = r"^bench_(heads|decode)\."  # 148 tiny cells: 74 a shard, two chunks each
@@ -117,8 +112,9 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) ->
 
 # ----- the merge ----------------------------------------------------------------------------
 def _split_fixture(tmp: Path, shards: int) -> tuple[list[Path], Plan, set[str]]:
-    """The real fixture's results cut into ``shards`` results folders, each holding every
-    k-th cell (the others blank, as asv leaves cells it did not run), and their plan."""
+    """The real fixture's results cut into ``shards`` shard folders (``shard-k/results``
+    and the progress file ``mhabench shard run`` keeps), each holding every k-th cell; the
+    others read n/a (NaN), as asv writes the cells ``-b`` did not select. And their plan."""
     [src] = [p for p in FIXTURE.glob("*/*.json") if p.name != "machine.json"]
     data = json.loads(src.read_text())
     commit, machine = data["commit_hash"], src.parent.name
@@ -133,20 +129,21 @@ def _split_fixture(tmp: Path, shards: int) -> tuple[list[Path], Plan, set[str]]:
             row = dict(zip(columns, values, strict=False))
             if not row.get("params"):
                 continue
-            import itertools
-
             cells = [f"{name}({', '.join(c)})" for c in itertools.product(*row["params"])]
             for column in columns:
                 if column in ("result", "samples") or column.startswith("stats_"):
                     if isinstance(row.get(column), list):
-                        row[column] = [v if owner.get(c) == k else None
+                        blank = float("nan") if column == "result" else None
+                        row[column] = [v if owner.get(c) == k else blank
                                        for c, v in zip(cells, row[column], strict=True)]
             part["results"][name] = [row.get(c) for c in columns]
-        folder = tmp / f"shard-{k}"
+        folder = tmp / f"shard-{k}" / "results"
         (folder / machine).mkdir(parents=True)
         shutil.copy(FIXTURE / "benchmarks.json", folder / "benchmarks.json")
         shutil.copy(src.parent / "machine.json", folder / machine / "machine.json")
         (folder / machine / src.name).write_text(json.dumps(part))
+        (folder.parent / "progress.json").write_text(json.dumps({
+            "index": k, "commit": commit, "cells": [c for c in order if owner[c] == k]}))
         folders.append(folder)
     plan = Plan(commit, "tiny", "cpu", machine, "test", [
         Shard(k, sorted(c for c in order if owner[c] == k), 1.0) for k in range(shards)])
@@ -169,6 +166,8 @@ def test_shards_merge_into_what_one_run_left(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "extended" in done.stdout and "cell(s) added" in done.stdout
     assert done_cells(dest, plan.machine, plan.commit) == whole
+    assert finite_cells(dest, plan.machine, plan.commit) == finite_cells(
+        FIXTURE, plan.machine, plan.commit)
     [src] = [p for p in FIXTURE.glob("*/*.json") if p.name != "machine.json"]
     [out] = [p for p in dest.glob("*/*.json") if p.name != "machine.json"]
     a, b = json.loads(src.read_text()), json.loads(out.read_text())
@@ -212,12 +211,15 @@ def test_a_conflict_or_a_missing_shard_stops_the_merge_before_writing(tmp_path: 
         "predicted_from": "test", "version": 1,
         "shards": [{"index": s.index, "cells": s.cells, "predicted_seconds": 1.0}
                    for s in plan.shards]}))
-    with pytest.raises(MergeError, match=r"is in both .*shard-0 and .*shard-1"):
+    with pytest.raises(MergeError, match=r"is in both .*shard-0/results and .*shard-1/results"):
         check_shards(plan_path, folders)
-    with pytest.raises(MergeError, match="shard 1: .* without a result"):
+    with pytest.raises(MergeError, match="shard 1: .* not run"):
         check_shards(plan_path, [folders[0]])
     with pytest.raises(MergeError, match="holds no asv results"):
         check_shards(plan_path, [folders[0], tmp_path / "empty"])
+    (folders[1].parent / "progress.json").unlink()
+    with pytest.raises(MergeError, match="has no .*progress.json"):
+        check_shards(plan_path, [folders[1]])
     machine = folders[1] / plan.machine / "machine.json"
     facts = json.loads(machine.read_text())
     machine.write_text(json.dumps({**facts, "ram": "1"}))
@@ -290,9 +292,8 @@ def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
         cluster.run("scancel", fanin)  # its afterok can no longer be met
         cluster.wait_idle(job, 120)
         shard0 = _digest(tmp_path / "plan-shard-0")
-        folder1 = tmp_path / "plan-shard-1"
-        partial = done_cells(folder1 / "results", "pytest-machine", load_plan(plan).commit)
-        assert partial and len(partial) < len(load_plan(plan).shards[1].cells)
+        index, partial = attempted(tmp_path / "plan-shard-1")
+        assert index == 1 and 0 < len(partial) < len(load_plan(plan).shards[1].cells)
         again = cluster.run("sbatch", "--parsable", "--array=1", str(tmp_path / "array.sbatch"))
         assert again.returncode == 0, again.stderr
         states = cluster.wait_idle(again.stdout.strip(), 900)
@@ -307,10 +308,12 @@ def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
     finally:
         cluster.stop()
     commit = load_plan(plan).commit
-    merged = done_cells(tmp_path / "merged", "pytest-machine", commit)
-    unsharded = {c for c in done_cells(tiny_asv_run.results, "pytest-machine", commit)
-                 if re.search(SLURM_CELLS, c)}
-    assert merged == unsharded, (sorted(merged ^ unsharded)[:5], len(merged), len(unsharded))
+    for cells in (done_cells, finite_cells):  # every cell; the measured ones
+        merged = cells(tmp_path / "merged", "pytest-machine", commit)
+        unsharded = {c for c in cells(tiny_asv_run.results, "pytest-machine", commit)
+                     if re.search(SLURM_CELLS, c)}
+        assert merged == unsharded, (sorted(merged ^ unsharded)[:5], len(merged),
+                                     len(unsharded))
     [out] = [p for p in (tmp_path / "merged" / "pytest-machine").glob("*.json")
              if p.name != "machine.json"]
     data = json.loads(out.read_text())

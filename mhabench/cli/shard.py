@@ -81,7 +81,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_shard(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.suite.shard import run_shard as run
+    from mhabench.suite.shard_run import run_shard as run
 
     if args.python not in (None, "same"):
         raise ValueError(f"--python {args.python!r} is not allowed; 'same' or leave it out")

@@ -79,6 +79,10 @@ def _cells(name: str, row: dict) -> list[str]:
     return [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
 
 
+def _measured(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def _same_value(a: object, b: object) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a)
                       and math.isnan(b))
@@ -114,21 +118,24 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
             continue
         width = len(cells)
         merged = dict(old)
+        ra, rb = old.get("result") or [None] * width, row.get("result") or [None] * width
+        # A cell's columns come from the file that measured it: asv writes the cells -b
+        # did not select as n/a (NaN), so a number beats NaN, and NaN beats nothing.
+        take_b = []
+        for cell, x, y in zip(cells, ra, rb, strict=True):
+            if _measured(x) and _measured(y) and not _same_value(x, y):
+                raise MergeError(f"{cell} is in both {ours_name} and {theirs_name} with "
+                                 "other values: a cell belongs to one shard; nothing was "
+                                 "merged")
+            take_b.append((_measured(y) and not _measured(x)) or (x is None and y is not None))
         for column in columns:
             if not _is_cell_column(column):
                 continue
             a = old.get(column) or [None] * width
             b = row.get(column) or [None] * width
-            values = [x if x is not None else y for x, y in zip(a, b, strict=True)]
+            values = [y if t else x for x, y, t in zip(a, b, take_b, strict=True)]
             merged[column] = values if any(v is not None for v in values) else None
-        ra, rb = old.get("result") or [None] * width, row.get("result") or [None] * width
-        for cell, x, y in zip(cells, ra, rb, strict=True):
-            if x is not None and y is not None and not _same_value(x, y):
-                raise MergeError(f"{cell} is in both {ours_name} and {theirs_name} with "
-                                 "other values: a cell belongs to one shard; nothing was "
-                                 "merged")
-        new = [y is not None and x is None for x, y in zip(ra, rb, strict=True)]
-        if any(new):
+        if any(take_b):
             starts = [v for v in (old.get("started_at"), row.get("started_at")) if v]
             merged["started_at"] = min(starts) if starts else None
             merged["duration"] = (old.get("duration") or 0) + (row.get("duration") or 0)
@@ -143,12 +150,11 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
 
 
 def _count(data: dict) -> int:
-    """Cells with a result (a value or n/a) in an asv results file."""
+    """Measured cells (a number) in an asv results file."""
     count = 0
     for row in _rows(data).values():
         result = row.get("result")
-        count += sum(v is not None for v in result) if isinstance(result, list) else (
-            result is not None)
+        count += sum(map(_measured, result)) if isinstance(result, list) else _measured(result)
     return count
 
 
@@ -238,30 +244,38 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
 
 
 def check_shards(plan_path: str | Path, sources: list[Path]) -> None:
-    """Every cell of the plan is in exactly one of ``sources`` (the shards' results
-    folders), or a MergeError names the incomplete shard or the two files."""
-    from mhabench.suite.shard import done_cells, expected_cells, load_plan
+    """Every cell of the plan ran in exactly one of ``sources`` (the shards' results
+    folders, each beside its shard's progress file), or a MergeError names the incomplete
+    shard or the two files that both measured a cell."""
+    from mhabench.suite.shard import expected_cells, load_plan
+    from mhabench.suite.shard_run import attempted, finite_cells
 
     plan = load_plan(plan_path)
+    expected = expected_cells(plan)
     where: dict[str, Path] = {}
+    ran: dict[int, set[str]] = {}
     for source in sources:
         if not (source / BENCHMARKS).is_file() or not any(
                 (source / plan.machine).glob(f"{plan.commit[:8]}-*.json")):
             raise MergeError(f"{str(source)!r} holds no asv results of machine "
                              f"{plan.machine!r} at {plan.commit[:8]}: a shard that has not "
                              "run, or not a shard's results folder")
-        for cell in done_cells(source, plan.machine, plan.commit):
+        index, cells = attempted(source.parent)
+        if index is None:
+            raise MergeError(f"{str(source)!r} has no {source.parent / 'progress.json'}: "
+                             "not the results of `mhabench shard run`")
+        ran.setdefault(index, set()).update(cells)
+        for cell in finite_cells(source, plan.machine, plan.commit):
             if cell in where:
                 raise MergeError(f"{cell} is in both {where[cell]} and {source}: a cell "
                                  "belongs to one shard; nothing was merged")
             where[cell] = source
-    expected = expected_cells(plan)
     missing: dict[int, list[str]] = {}
     for cell, index in expected.items():
-        if cell not in where:
+        if cell not in ran.get(index, ()):
             missing.setdefault(index, []).append(cell)
     if missing:
-        parts = [f"shard {k}: {len(v)} cell(s) without a result (e.g. {v[0]})"
+        parts = [f"shard {k}: {len(v)} of its cells not run (e.g. {v[0]})"
                  for k, v in sorted(missing.items())]
         raise MergeError("incomplete shards, nothing was merged: " + "; ".join(parts) +
                          f" (run `mhabench shard run {plan_path} K` again)")

@@ -1,16 +1,15 @@
 """The grid as shards of near-equal predicted time, each run by asv on a host of its own
-and merged back into one history (``mhabench.suite.merge``).
+(``mhabench.suite.shard_run``) and merged back into one history (``mhabench.suite.merge``).
 
 asv has no distributed runner and no command that merges shards (asv issue #1362), so the
 conventional fan-out / fan-in: a plan file lists every asv cell of the grid split into N
-shards; ``run_shard`` runs one shard's cells with asv (``-b`` selects them by name) into a
-results folder of its own; a scheduler (``mhabench.suite.slurm``) starts one shard per node
-or GPU. A shard is restartable: run again, it times only its cells that have no result
-yet, and asv keeps the cells already in its results file.
+shards; ``shard_run.run_shard`` runs one shard's cells with asv (``-b`` selects them by
+name) into a results folder of its own, restartably; a scheduler
+(``mhabench.suite.fanout``) starts one shard per node or GPU.
 
 **Timing validity.** Shards that share cores or a memory bus disturb each other's clocks:
 run one shard per node (CPU grids), per GPU (``CUDA_VISIBLE_DEVICES``), or per socket with
-pinning. ``run_shard`` warns when another shard runs on this host without a device of
+pinning. A shard run warns when another shard runs on this host without a device of
 its own.
 """
 
@@ -22,13 +21,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mhabench.suite.asv_config import write_config
 from mhabench.suite.cells import Cell, list_cells
 
 PLAN_VERSION = 1
@@ -219,7 +216,7 @@ def make_plan(repo: Path, grid: str, shards: int, devices: str, machine: str,
         pattern = re.compile(bench) if bench else None
     except re.error as exc:
         raise ShardError(f"--bench {bench!r} is not a regular expression ({exc})") from None
-    commit = _head(repo)
+    commit = head(repo)
     env = {**os.environ, "MHABENCH_GRID": grid, "MHABENCH_DEVICES": devices}
     cells = [c for c in list_cells(python, env, repo) if not pattern or pattern.search(c.name)]
     if not cells:
@@ -250,7 +247,18 @@ def make_plan(repo: Path, grid: str, shards: int, devices: str, machine: str,
     return Plan(commit, grid, devices, machine, source, balance(seconds, shards))
 
 
-def _head(repo: Path) -> str:
+def expected_cells(plan: Plan) -> dict[str, int]:
+    """cell -> the shard it belongs to."""
+    return {c: s.index for s in plan.shards for c in s.cells}
+
+
+def shard_folder(plan_path: Path, index: int) -> Path:
+    """Where shard ``index`` of a plan keeps its asv config, results and progress by
+    default."""
+    return Path(plan_path).resolve().parent / f"{Path(plan_path).stem}-shard-{index}"
+
+
+def head(repo: Path) -> str:
     done = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                           text=True)
     if done.returncode != 0:
@@ -258,127 +266,5 @@ def _head(repo: Path) -> str:
     return done.stdout.strip()
 
 
-# ----- running a shard --------------------------------------------------------------------
-def done_cells(results: Path, machine: str, commit: str) -> set[str]:
-    """Cells with a result (a value, or n/a: attempted and skipped) in the asv results of
-    ``machine`` at ``commit`` under ``results``; failed cells (no value) are not done."""
-    out: set[str] = set()
-    for path in (Path(results) / machine).glob(f"{commit[:8]}-*.json"):
-        data = json.loads(path.read_text())
-        if data.get("commit_hash") != commit:
-            continue
-        for name, values in data.get("results", {}).items():
-            row = dict(zip(data["result_columns"], values, strict=False))
-            params, result = row.get("params") or [], row.get("result")
-            if not params:
-                if result is not None:
-                    out.add(name)
-                continue
-            combos = _product(params)
-            for combo, value in zip(combos, result or [None] * len(combos), strict=True):
-                if value is not None:
-                    out.add(f"{name}({', '.join(combo)})")
-    return out
-
-
-def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
-    import itertools
-
-    return list(itertools.product(*params))
-
-
-def shard_folder(plan_path: Path, index: int) -> Path:
-    """Where shard ``index`` of a plan keeps its asv config and results by default."""
-    return Path(plan_path).resolve().parent / f"{Path(plan_path).stem}-shard-{index}"
-
-
-def _neighbours(index: int, plan: Plan) -> list[str]:
-    """Other shard runs alive on this host that share its devices (registered under the
-    temporary folder by pid); registers this one."""
-    registry = Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
-    registry.mkdir(exist_ok=True)
-    mine = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    found = []
-    for entry in registry.glob("*.json"):
-        try:
-            other = json.loads(entry.read_text())
-            os.kill(int(entry.stem), 0)
-        except (OSError, ValueError, json.JSONDecodeError):
-            entry.unlink(missing_ok=True)
-            continue
-        if plan.devices == "cpu" or not mine or other.get("devices") in ("", mine):
-            found.append(f"shard {other.get('index')} (pid {entry.stem})")
-    (registry / f"{os.getpid()}.json").write_text(json.dumps({"index": index,
-                                                              "devices": mine}))
-    return found
-
-
-def _unregister() -> None:
-    registry = Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
-    (registry / f"{os.getpid()}.json").unlink(missing_ok=True)
-
-
-def run_shard(plan_path: Path, index: int, *, repo: Path = Path("."),
-              folder: Path | None = None, python: str | None = None,
-              asv_args: Sequence[str] = (), chunk: int = CHUNK_CELLS,
-              echo: Callable[[str], None] = print) -> Path:
-    """Run shard ``index`` of the plan with asv at the plan's commit, into ``folder``
-    (default :func:`shard_folder`); returns its results folder. ``python="same"`` runs in
-    this interpreter's environment (asv ``--python=same``) instead of asv's own."""
-    plan = load_plan(plan_path)
-    if not 0 <= index < len(plan.shards):
-        raise ShardError(f"shard {index} is out of range: the plan has shards 0.."
-                         f"{len(plan.shards) - 1}")
-    head = _head(repo)
-    if head != plan.commit:
-        raise ShardError(f"the plan is for commit {plan.commit[:12]}, this checkout is at "
-                         f"{head[:12]}: check out the plan's commit or make a new plan")
-    folder = Path(folder) if folder else shard_folder(plan_path, index)
-    config = folder / "asv.conf.json"
-    if not config.exists():
-        write_config(repo, folder, exist_ok=True)
-    results = folder / "results"
-    shard = plan.shards[index]
-    todo = [c for c in shard.cells if c not in done_cells(results, plan.machine, plan.commit)]
-    echo(f"shard {index}: {len(shard.cells) - len(todo)} of {len(shard.cells)} cells "
-         f"already done, {len(todo)} to run (results in {results})")
-    neighbours = _neighbours(index, plan)
-    if neighbours:
-        echo(f"shard {index}: warning: {', '.join(neighbours)} also runs on this host "
-             "without a device of its own: their clocks disturb each other; the times "
-             "are not comparable with an unshared run")
-    env = {**os.environ, "MHABENCH_GRID": plan.grid, "MHABENCH_DEVICES": plan.devices}
-    try:
-        for start in range(0, len(todo), chunk):
-            part = todo[start:start + chunk]
-            cmd = [sys.executable, "-m", "asv", "run", "--config", str(config.resolve()),
-                   "--machine", plan.machine, "--record-samples", "--show-stderr",
-                   *asv_args]
-            cmd += ["--python=same", "--set-commit-hash", plan.commit] if python == "same" \
-                else [f"{plan.commit}^!"]
-            for cell in part:
-                cmd += ["-b", "^" + re.escape(cell) + "$"]
-            done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
-            echo(done.stdout[-4000:] + done.stderr[-4000:])
-            if done.returncode not in (0, 2):  # 2: asv ran, some cell failed
-                raise RuntimeError(f"asv run failed (exit status {done.returncode}) on "
-                                   f"shard {index}: {(done.stdout + done.stderr)[-800:]}")
-            echo(f"shard {index}: {min(start + chunk, len(todo))} of {len(todo)} cells run")
-    finally:
-        _unregister()
-    missing = [c for c in shard.cells if c not in done_cells(results, plan.machine,
-                                                             plan.commit)]
-    if missing:
-        echo(f"shard {index}: {len(missing)} cell(s) have no result (failed): e.g. "
-             f"{missing[0]}")
-    return results
-
-
-def expected_cells(plan: Plan) -> dict[str, int]:
-    """cell -> the shard it belongs to."""
-    return {c: s.index for s in plan.shards for c in s.cells}
-
-
-__all__ = ["Plan", "Shard", "ShardError", "balance", "cell_seconds", "done_cells",
-           "expected_cells", "load_plan", "make_plan", "run_shard", "shard_folder",
-           "step_seconds"]
+__all__ = ["Plan", "Shard", "ShardError", "balance", "cell_seconds", "expected_cells",
+           "head", "load_plan", "make_plan", "shard_folder", "step_seconds"]
