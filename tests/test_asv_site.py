@@ -7,7 +7,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+import shlex
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import asv
@@ -111,3 +118,36 @@ def test_libraries_not_installed_fail_in_one_line(
 def test_main_job_vendors_the_site_it_publishes() -> None:
     text = (ROOT / "scripts" / "main-job").read_text()
     assert text.index("asv publish") < text.index('python -m mhabench.suite.asv_site "$html"')
+
+
+def test_main_job_prints_a_command_that_serves_the_site(tmp_path: Path) -> None:
+    """asv's pages need a server (opened as files they show asv's error page): the main
+    job prints the command that serves the site, and that command serves it."""
+    text = (ROOT / "scripts" / "main-job").read_text()
+    echo = re.search(r'^echo "main-job: HTML site.*?(?<!\\)\n', text, re.S | re.M).group(0)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("<title>asv</title>")
+    said = subprocess.run(["bash", "-c", f"html=site\n{echo}"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=30, check=True).stdout
+    command = re.search(r"(python3 -m http\.server .*?) and open (http://\S+)", said)
+    assert command, said
+    with socket.socket() as s:  # a free port for the printed command's
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = shlex.split(command.group(1).replace("python3", sys.executable, 1))
+    argv[-1] = str(port)
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = command.group(2).replace(":8080/", f":{port}/") + "index.html"
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(url, timeout=2) as page:
+                    assert page.read() == b"<title>asv</title>"
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail(f"{url} never answered")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

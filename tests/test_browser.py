@@ -3,10 +3,11 @@
 Debian's Chromium (installed by .ci/run), driven by Playwright, with the network off: the
 resolver maps every host but 127.0.0.1 to NOTFOUND, and every request that is not to the
 local server is aborted and counted, so a page that needs the internet fails here. Both
-pages are built in a temporary folder from the checked-in asv run
-(tests/fixtures/asv_results): the report by `mhabench report`, the site by `asv publish`
-followed by mhabench.suite.asv_site.vendor_site, the same steps as the main job. Screenshots go
-to $MHABENCH_ARTIFACTS (default artifacts/, not committed).
+pages are built in a temporary folder from the checked-in asv runs: the report by
+`mhabench report` over the CPU run (tests/fixtures/asv_results) merged with the H200 run
+(tests/fixtures/gpu_results), the site by `asv publish` of the CPU run followed by
+mhabench.suite.asv_site.vendor_site, the same steps as the main job. Screenshots go to
+$MHABENCH_ARTIFACTS (default artifacts/, not committed).
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from mhabench.cli import main as mhabench_main
 from mhabench.suite.asv_site import vendor_site
+from mhabench.suite.merge import merge
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "asv_results"
+GPU_FIXTURE = Path(__file__).parent / "fixtures" / "gpu_results"
+FIRST_SCREEN = {"width": 1400, "height": 900}  # the findings must fit in it
 ARTIFACTS = Path(os.environ.get("MHABENCH_ARTIFACTS") or ROOT / "artifacts")
 CHROMIUM = os.environ.get("MHABENCH_CHROMIUM") or shutil.which("chromium")
 SWALLOW = "continental origin of swallow"  # asv's error.html: a script failed to load
@@ -73,7 +77,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     publish(root / "results", root / "site", home)
     shutil.copytree(root / "site", root / "bare")
     assert vendor_site(root / "site")  # the main job's step after asv publish
-    assert mhabench_main(["report", "--results", str(root / "results"),
+    shutil.copytree(FIXTURE, root / "both")  # a CPU machine and a GPU one, side by side
+    merge(GPU_FIXTURE, root / "both")
+    assert mhabench_main(["report", "--results", str(root / "both"),
                           "--out", str(root / "report.html")]) == 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=root))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -172,6 +178,46 @@ def test_report_images_decode_and_every_section_is_in_the_toc(
         assert -1 < top < page.viewport_size["height"], (href, top)  # subpixel scroll
     page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "report.png")
+    visit.check_offline_and_clean()
+
+
+def test_report_answers_on_the_first_screen(visit: Visit, served: tuple[str, Path]) -> None:
+    """The findings are the first section and fit the first screen; each links to a section
+    there is; no two lines of a plot share colour and marker; every <details> opens."""
+    page = visit.page
+    page.set_viewport_size(FIRST_SCREEN)
+    page.goto(f"{served[0]}/report.html", wait_until="load")
+    sid, top, bottom = page.eval_on_selector("section", """e => [e.id,
+        e.getBoundingClientRect().top, e.getBoundingClientRect().bottom]""")
+    assert sid == "findings" and 0 < top < bottom <= FIRST_SCREEN["height"], (top, bottom)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-first-screen.png"))  # the first 900 px
+
+    rows, targets = page.eval_on_selector("#findings", """e => [
+        e.querySelectorAll('tbody tr').length,
+        [...e.querySelectorAll('tbody tr th a')].map(a => a.getAttribute('href'))]""")
+    assert rows == len(targets) >= 8
+    missing = page.evaluate("""hs => hs.filter(h => !h.startsWith('#')
+        || !document.getElementById(h.slice(1)))""", targets)
+    assert missing == []
+
+    styles = page.eval_on_selector_all("figure", """els => els.map(e => [
+        e.querySelector('img').alt, e.dataset.style, JSON.parse(e.dataset.styles)])""")
+    assert styles
+    for title, kind, series in styles:
+        assert len(series) and all(colour and marker for _, colour, marker in series), title
+        drawn = [(colour, marker) for _, colour, marker in series]
+        # stacked bars: one colour per component; lines and points: colour and marker
+        keys = [c for c, _ in drawn] if kind == "stacked" else drawn
+        assert len(set(keys)) == len(keys), (title, series)
+
+    count = page.eval_on_selector_all("details", "els => els.length")
+    assert count > 0
+    for i in range(count):
+        handle = page.query_selector_all("details")[i]
+        handle.query_selector("summary").click()
+        opened, height = handle.evaluate("e => [e.open, e.querySelector('table').offsetHeight]")
+        assert opened and height > 0, i
     visit.check_offline_and_clean()
 
 

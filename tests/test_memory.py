@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mhabench.analysis.results import kernel_table, load_results, step_memory_table
+from mhabench.analysis.results import load_results
+from mhabench.analysis.tracks import kernel_table, step_memory_table
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import cost
 from mhabench.measure.memory import step_bytes

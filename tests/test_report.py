@@ -89,10 +89,14 @@ def test_html_well_formed_self_contained_escaped(evil_results: Path, tmp_path: P
     assert "exercise-6-4--ratios.csv" in csvs and "time-model--leave-out.csv" in csvs
 
 
+def table(section, name: str) -> pd.DataFrame:
+    return next(t.frame for t in section.tables if t.name == name)
+
+
 def test_sections_hold_the_numbers(evil_results: Path) -> None:
     report = build_report(load_results(evil_results), log=lambda m: None)
     sections = {s.id: s for s in report.sections}
-    ratios = sections["exercise-6-4"].tables[0].frame
+    ratios = table(sections["exercise-6-4"], "ratios")
     frame = load_results(evil_results).frame
     newest = frame[(frame["commit"] == "b" * 40) & frame["config_id"].notna()]
     for r in ratios.to_dict("records"):
@@ -105,9 +109,9 @@ def test_sections_hold_the_numbers(evil_results: Path) -> None:
     regressions = sections["regressions"]
     text = " ".join(regressions.text)
     assert "1.1x" in text and "noise between commits" in text
-    for table in regressions.tables:
-        if table.name == "steps":
-            assert not table.frame["verdict"].isin(["holds", "confirmed"]).any()
+    for steps in regressions.tables:
+        if steps.name == "steps":
+            assert not steps.frame["verdict"].isin(["holds", "confirmed"]).any()
     # absent data: one line, no failure
     for sid in ("self-vs-cross", "mha-gqa-mqa", "decoding", "forward-backward",
                 "torch-vs-jax", "machines", "profile", "memory-and-track", "validation"):
@@ -115,7 +119,7 @@ def test_sections_hold_the_numbers(evil_results: Path) -> None:
     assert "leave-out" in " ".join(sections["time-model"].text).lower()
 
 
-@pytest.mark.parametrize("map_coef, heads_coef, lead", [(4e-9, 1e-6, "attention-map"),
+@pytest.mark.parametrize("map_coef, heads_coef, lead", [(4e-9, 1e-6, "map"),
                                                         (1e-11, 3e-4, "per-head")])
 def test_decomposition_verdict_names_the_term_that_grows(tmp_path: Path, map_coef: float,
                                                          heads_coef: float, lead: str) -> None:
@@ -125,12 +129,15 @@ def test_decomposition_verdict_names_the_term_that_grows(tmp_path: Path, map_coe
     section = next(s for s in report.sections if s.id == "per-head-decomposition")
     verdict = section.text[-1]
     assert verdict.startswith("torch/batched:")
-    assert verdict.split(": ", 1)[1].startswith({"attention-map": "attention-map traffic",
-                                                 "per-head": "the fixed per-head"}[lead])
-    table = section.tables[0].frame
-    share = "share map (%)" if lead == "attention-map" else "share heads (%)"
-    assert (table[share] > 80).all()
-    assert (table["R^2 on sweep"] > 0.999).all()
+    # batched writes the map: the b*h*n*m term is named for that
+    assert verdict.split(": ", 1)[1].startswith({
+        "map": "the map written and read over b*h*n*m scores explains",
+        "per-head": "the fixed per-head"}[lead])
+    frame = table(section, "decomposition")
+    share = "share map (%)" if lead == "map" else "share heads (%)"
+    assert (frame[share] > 80).all()
+    assert (frame["R^2 on sweep"] > 0.999).all()
+    assert (frame["b*h*n*m term"] == "map written and read").all()
 
 
 def test_decomposition_names_no_share_where_the_model_misses_the_sweep(tmp_path: Path) -> None:
@@ -142,8 +149,8 @@ def test_decomposition_names_no_share_where_the_model_misses_the_sweep(tmp_path:
         2 if (c.batch, c.n, c.d, c.heads) == chapter else 1))
     section = next(s for s in build_report(load_results(root), log=lambda m: None).sections
                    if s.id == "per-head-decomposition")
-    table = section.tables[0].frame
-    row = table[table["shape"] == "b8 n512 m512 d256"].iloc[0]
+    frame = table(section, "decomposition")
+    row = frame[frame["shape"] == "b8 n512 m512 d256"].iloc[0]
     assert not row["good fit"] and row["R^2 on sweep"] < 0.9
     assert pd.isna(row["share map (%)"]) and pd.isna(row["share heads (%)"])
     unexplained = 100 * (1 - row["trend model (ms)"] / row["trend measured (ms)"])
@@ -152,12 +159,12 @@ def test_decomposition_names_no_share_where_the_model_misses_the_sweep(tmp_path:
     assert verdict.startswith("torch/batched: the model does not fit this sweep")
     assert f"leave {unexplained:.0f}% of the measured h-trend unexplained" in verdict
     assert "explains" not in verdict
-    residuals = section.tables[1].frame
+    residuals = table(section, "residuals")
     chapter_rows = residuals[residuals["shape"] == "b8 n512 m512 d256"].set_index("h")
     assert chapter_rows.loc[64, "residual (%)"] < -20
     assert (chapter_rows.drop(index=64)["residual (%)"].abs() < 5).all()
     # the sweeps the model does fit keep their shares
-    fitted = table[table["good fit"]]
+    fitted = frame[frame["good fit"]]
     assert len(fitted) >= 10 and fitted["share map (%)"].notna().all()
 
 

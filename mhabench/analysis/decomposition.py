@@ -77,8 +77,11 @@ def decompose(model: TimeModel, sweep: pd.DataFrame) -> Decomposition:
     return Decomposition(heads, terms, measured, predicted, r_squared(measured, predicted))
 
 
-def verdict(dec: Decomposition, separable: bool) -> str:
-    """One sentence: which cost explains the h-trend, or how much of it is unexplained."""
+def verdict(dec: Decomposition, separable: bool,
+            map_term: str = "map written and read") -> str:
+    """One sentence: which cost explains the h-trend, or how much of it is unexplained.
+    ``map_term`` names the b*h*n*m term for the sweep's kernel (traffic to a map it
+    writes, or per-score work where the map stays in tiles: core.kernels.SCORE_TERMS)."""
     worst = int(np.argmax(np.abs(dec.residuals)))
     fit = (f"R^2 {dec.r2:.2f} on the sweep, worst residual {100 * dec.residuals[worst]:+.0f}% "
            f"at h={dec.heads[worst]}")
@@ -95,15 +98,16 @@ def verdict(dec: Decomposition, separable: bool) -> str:
     shares = dec.shares
     if not np.isfinite(list(shares.values())).all():
         return f"the model's time does not grow with h: no trend to explain ({fit})"
-    # The map term and its beyond-cache part are one cost: traffic over the map.
+    # The b*h*n*m term and its beyond-cache part are one cost.
     growing = {"map": shares["map"] + shares["spill"], "heads": shares["heads"]}
     if not separable:
         both = 100 * sum(growing.values())
-        return (f"map traffic and per-head cost together explain {both:.0f}% of the trend "
-                f"(not separable: every cell fitted has the same batch*n*m; {fit})")
+        return (f"the {map_term} and the per-head cost together explain {both:.0f}% of the "
+                f"trend (not separable: every cell fitted has the same batch*n*m; {fit})")
     lead = max(growing, key=growing.get)
     other = "heads" if lead == "map" else "map"
-    words = {"map": "attention-map traffic (batch*h*n*m elements)",
+    words = {"map": f"the {map_term} over b*h*n*m scores",
              "heads": "the fixed per-head cost (dispatch/launch)"}
+    short = {"map": f"the {map_term.split(' (')[0]}", "heads": "the fixed per-head cost"}
     return (f"{words[lead]} explains {100 * growing[lead]:.0f}% of the h-trend, "
-            f"{words[other].split(' (')[0]} {100 * growing[other]:.0f}% ({fit})")
+            f"{short[other]} {100 * growing[other]:.0f}% ({fit})")

@@ -37,8 +37,9 @@ STAT_COLUMNS = {"stats_q_25": "q25", "stats_q_75": "q75", "stats_ci_99_a": "ci99
 # ``samples``: the cell's raw samples (a tuple; asv run --record-samples) or None, for the
 # regression section's significance test.
 # ``asv_cell``: the cell as asv's tables name it (``name(repr, ...)``, what asv -b matches).
-BASE_COLUMNS = ("machine", "commit", "date", "env_name", "file", "benchmark", "kind", "unit",
-                "cell", "asv_cell", "value", *STAT_COLUMNS.values(), "samples")
+# ``date`` is the commit's date (asv's), ``started`` when the benchmark ran.
+BASE_COLUMNS = ("machine", "commit", "date", "started", "env_name", "file", "benchmark", "kind",
+                "unit", "cell", "asv_cell", "value", *STAT_COLUMNS.values(), "samples")
 # A benchmark whose params name this field times an attention config; fields its params
 # do not record take AttentionConfig's defaults (the chapter's batch 8, n 512, d 256),
 # with a warning, since the results alone cannot tell what the benchmark fixed.
@@ -64,6 +65,8 @@ class Results:
     machines: dict[str, dict[str, Any]]  # machine name -> machine.json contents
     benchmarks: dict[str, dict[str, Any]]  # benchmarks.json, without its "version" key
     warnings: list[str] = field(default_factory=list)
+    # cells without a value: (machine, commit, benchmark, cell, "skipped" | "failed")
+    missing: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
     @property
     def machine_names(self) -> list[str]:
@@ -158,8 +161,8 @@ def _load_benchmarks(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def _cell_rows(path: Path, root: Path, data: dict[str, Any],
-               benchmarks: dict[str, dict[str, Any]], warnings: list[str]
-               ) -> list[dict[str, Any]]:
+               benchmarks: dict[str, dict[str, Any]], warnings: list[str],
+               missing: list[tuple[str, str, str, str, str]]) -> list[dict[str, Any]]:
     rel = str(path.relative_to(root))
     header = {"machine": data.get("params", {}).get("machine") or path.parent.name,
               "commit": data["commit_hash"], "date": data.get("date"),
@@ -174,7 +177,8 @@ def _cell_rows(path: Path, root: Path, data: dict[str, Any],
             warnings.append(f"{rel}: benchmark {name}: malformed row; skipped")
             continue
         row = dict(zip(columns, values, strict=False))  # trailing Nones dropped
-        rows.extend(_benchmark_rows(rel, name, row, benchmarks[name], header, warnings))
+        rows.extend(_benchmark_rows(rel, name, row, benchmarks[name], header, warnings,
+                                    missing))
     if unknown:
         warnings.append(f"{rel}: {len(unknown)} benchmark(s) not in benchmarks.json "
                         f"(removed from the suite?) skipped: {', '.join(sorted(unknown))}")
@@ -182,7 +186,8 @@ def _cell_rows(path: Path, root: Path, data: dict[str, Any],
 
 
 def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, Any],
-                    header: dict[str, Any], warnings: list[str]) -> list[dict[str, Any]]:
+                    header: dict[str, Any], warnings: list[str],
+                    lost: list[tuple[str, str, str, str, str]]) -> list[dict[str, Any]]:
     params = row.get("params") or []
     names = spec.get("param_names") or []
     result = row.get("result")
@@ -194,7 +199,7 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
                         f"params ({expected} cells) and param_names {names}; skipped")
         return []
     base = {**header, "benchmark": name, "kind": benchmark_kind(name),
-            "unit": spec.get("unit", "")}
+            "unit": spec.get("unit", ""), "started": row.get("started_at")}
     if CONFIG_MARKER in names:
         unrecorded = [f for f in ESSENTIAL_FIELDS if f not in names]
         note = (f"benchmarks.json: benchmark {name}: params do not record config field(s) "
@@ -207,6 +212,10 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
         label = ", ".join(f"{k}={v}" for k, v in cell.items())
         if not _finite(result[index]):
             missing.append(label or "(no params)")
+            # asv stores NaN for a skipped cell (NotImplementedError: not in this grid, not
+            # supported, over the memory budget) and null for one that failed
+            lost.append((header["machine"], header["commit"], name, label,
+                         "failed" if result[index] is None else "skipped"))
             continue
         try:
             config = config_from_cell(cell)
@@ -237,6 +246,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     columns = [*BASE_COLUMNS, *CONFIG_FIELDS, "config_id", "variant", *COST_COLUMNS, *extra]
     frame = pd.DataFrame(rows, columns=columns)
     frame["date"] = pd.to_datetime(frame["date"], unit="ms")
+    frame["started"] = pd.to_datetime(frame["started"], unit="ms")
     for col in ("batch", "n", "m", "d", "heads", "kv_heads", *COST_COLUMNS):
         frame[col] = frame[col].astype("Int64")
     return frame
@@ -280,6 +290,7 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
         files = [f for f in files if f.parent.name == machine]
         machines = {k: v for k, v in machines.items() if k == machine}
     rows: list[dict[str, Any]] = []
+    missing: list[tuple[str, str, str, str, str]] = []
     for path in files:
         data = _read_json(path, root, warnings)
         if data is None:
@@ -290,8 +301,12 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
             warnings.append(f"{path.relative_to(root)}: not an asv results file "
                             f"(missing {', '.join(lacking)}); skipped")
             continue
-        rows.extend(_cell_rows(path, root, data, benchmarks, warnings))
-    return Results(root, _frame(rows), machines, benchmarks, warnings)
+        info = machines.setdefault(path.parent.name, {})
+        if isinstance(data.get("params"), dict) and (data.get("date") or 0) >= info.get(
+                "versions_date", 0):  # the newest environment's framework versions
+            info.update(versions=data["params"], versions_date=data.get("date") or 0)
+        rows.extend(_cell_rows(path, root, data, benchmarks, warnings, missing))
+    return Results(root, _frame(rows), machines, benchmarks, warnings, missing)
 
 
 def latest(frame: pd.DataFrame) -> pd.DataFrame:
@@ -326,71 +341,3 @@ def calibration_table(frame: pd.DataFrame) -> pd.DataFrame:
     rows = rows.fillna({"framework": "torch", "device": "cpu", "dtype": "float32"})
     out = rows.groupby(columns[:4], as_index=False)[columns[4:]].max()
     return out[columns]
-
-
-# ----- kernels and step memory (track_kernel, track_step_bytes) --------------------------
-def _newest_track(frame: pd.DataFrame, method: str) -> pd.DataFrame:
-    rows = frame[(frame["kind"] == "track") & frame["config_id"].notna()
-                 & frame["benchmark"].str.endswith("." + method)]
-    return latest(rows)
-
-
-def track_values(frame: pd.DataFrame, method: str) -> pd.Series:
-    """The newest value of a ``track_`` method (e.g. track_compile_seconds,
-    track_device_seconds) per (machine, config_id)."""
-    rows = _newest_track(frame, method)
-    return rows.set_index(["machine", "config_id"])["value"].astype(float)
-
-
-def kernel_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The attention kernel that ran in each fused/reference cell (newest track_kernel per
-    machine and config), beside the one the config predicts and whether it writes the map.
-    A fused cell that ran math is a fallback: it writes the map the call exists to avoid."""
-    from mhabench.core.kernels import KERNEL_NAMES, expected_kernel, materialises
-
-    columns = ["machine", "config_id", "framework", "backend", "device", "dtype", "heads",
-               "kv_heads", "head_dim", "kernel", "expected", "writes map", "note"]
-    rows = _newest_track(frame, "track_kernel")
-    out = []
-    for row in rows.drop_duplicates(["machine", "config_id"], keep="last").to_dict("records"):
-        kernel = KERNEL_NAMES.get(int(row["value"]), f"code {row['value']:g}")
-        config = config_from_row(row)
-        expected = expected_kernel(config)
-        note = ""
-        if kernel == "math" and config.backend == "fused":
-            note = "fallback: math writes the map"
-        elif kernel != expected:
-            note = f"predicted {expected}"
-        out.append({**{k: row[k] for k in columns[:8]}, "head_dim": config.head_dim,
-                    "kernel": kernel, "expected": expected,
-                    "writes map": materialises(kernel) if kernel in KERNEL_NAMES.values()
-                    else None, "note": note})
-    return pd.DataFrame(out, columns=columns)
-
-
-def step_memory_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each cell's measured step memory (newest track_step_bytes) beside the cost model's
-    working set and attention map for the kernel that ran (recorded, else predicted)."""
-    from mhabench.core.cost import cost
-    from mhabench.core.kernels import expected_kernel
-
-    columns = ["machine", "config_id", "framework", "backend", "device", "dtype", "mode",
-               "batch", "n", "m", "d", "heads", "kv_heads", "kernel", "map elements",
-               "model map (MiB)", "model working set (MiB)", "measured (MiB)",
-               "measured/model"]
-    rows = _newest_track(frame, "track_step_bytes")
-    ran = kernel_table(frame).set_index(["machine", "config_id"])["kernel"].to_dict()
-    out = []
-    for row in rows.drop_duplicates(["machine", "config_id"], keep="last").to_dict("records"):
-        config = config_from_row(row)
-        kernel = ran.get((row["machine"], row["config_id"]))
-        terms = cost(config, kernel)
-        model = terms.peak_bytes_estimate / 2**20
-        measured = float(row["value"]) / 2**20
-        out.append({**{k: row[k] for k in columns[:13]},
-                    "kernel": kernel or f"{expected_kernel(config)} (predicted)",
-                    "map elements": terms.attention_map_elements,
-                    "model map (MiB)": terms.attention_map_bytes / 2**20,
-                    "model working set (MiB)": model, "measured (MiB)": measured,
-                    "measured/model": measured / model if model else float("nan")})
-    return pd.DataFrame(out, columns=columns)

@@ -76,3 +76,14 @@ def expected_kernel(config: AttentionConfig) -> str:
     if aligned and not gqa:
         return "efficient"
     return "math"
+
+
+# What the time model's b*h*n*m term counts, named by whether the kernel writes the map:
+# traffic to and from the map, or, where the map stays in tiles (flash, efficient, cuDNN,
+# flex, blockwise), the work done per score (softmax, the narrow p = d/h matmuls).
+SCORE_TERMS = {True: "map written and read", False: "per-score work (softmax, narrow matmuls)"}
+
+
+def score_term(kernel: str) -> str:
+    """The name of the b*h*n*m term for a step that ran ``kernel``."""
+    return SCORE_TERMS[materialises(kernel)]

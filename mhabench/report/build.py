@@ -2,9 +2,11 @@
 
 :data:`SECTIONS` lists every section in page order with its builder; each builder takes
 the shared :class:`~mhabench.report.context.Context` and returns a
-:class:`~mhabench.report.types.Section`. :func:`write_report` never overwrites a file: it
-refuses before writing anything if one of its outputs exists, or if the output would land
-inside the results folder.
+:class:`~mhabench.report.types.Section`. The findings come first on the page and are built
+last, from the other sections' tables (:mod:`mhabench.report.findings`); then every plot
+gets its colours and markers from one palette for the whole report. :func:`write_report`
+never overwrites a file: it refuses before writing anything if one of its outputs exists,
+or if the output would land inside the results folder.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from mhabench.report import (
+    findings,
     sections_compare,
     sections_history,
     sections_memory,
@@ -25,6 +28,7 @@ from mhabench.report import (
     sections_profile,
 )
 from mhabench.report.context import Context
+from mhabench.report.palette import Palette
 from mhabench.report.types import Report, Section
 
 # asv compare / continuous flag a change when new/old passes this factor (asv's default).
@@ -57,7 +61,8 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
     ("machines", "Machines side by side", sections_compare.machines_section),
     ("profile", "Profile breakdown by region", sections_profile.profile_section),
 )
-SECTION_IDS = tuple(sid for sid, _, _ in SECTIONS)
+FINDINGS = ("findings", "Findings")  # built from the sections below, shown above them
+SECTION_IDS = (FINDINGS[0], *(sid for sid, _, _ in SECTIONS))
 
 
 def progress(message: str) -> None:
@@ -101,6 +106,14 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
         section = builder(context)
         section.id, section.title = sid, title
         sections.append(section)
+    log("findings")
+    first = findings.findings_section(context, {s.id: s for s in sections})
+    first.id, first.title = FINDINGS
+    sections.insert(0, first)
+    palette = Palette(results.frame["backend"].dropna().unique())
+    for section in sections:
+        for plot in section.plots:
+            plot.styles = dict(palette.styles(plot))
     machines = ", ".join(results.machine_names) or "no machine"
     return Report(f"mhabench report: {machines}", str(results.root), sections,
                   list(results.warnings))
@@ -136,17 +149,17 @@ def check_outputs(out: str | Path, results_root: str | Path) -> dict[str, Path]:
 
 def write_report(report: Report, out: str | Path) -> dict[str, Path]:
     """Write the HTML page, the Markdown export and the CSV tables; returns their paths."""
-    from mhabench.report.html import render_html
+    from mhabench.report.html import csv_name, render_html
     from mhabench.report.markdown import render_markdown
 
     paths = check_outputs(out, report.results_root)
     paths["html"].parent.mkdir(parents=True, exist_ok=True)
     html = render_html(report)  # render everything before writing anything
-    markdown = render_markdown(report)
+    markdown = render_markdown(report, paths["tables"].name)
     paths["tables"].mkdir()
     for section in report.sections:
         for table in section.tables:
-            target = paths["tables"] / f"{section.id}--{table.name}.csv"
+            target = paths["tables"] / csv_name(section, table)
             with target.open("x", encoding="utf-8", newline="") as fh:
                 table.frame.to_csv(fh, index=False)
     for key, text in (("markdown", markdown), ("html", html)):

@@ -35,3 +35,25 @@ def format_value(value: Any) -> str:
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
         value, (bool, np.bool_))
+
+
+def size_text(nbytes: Any) -> str:
+    """Bytes in binary units ("23.5 GiB"); text that is not a byte count as it is ("24GB")."""
+    try:
+        value = float(nbytes)
+    except (TypeError, ValueError):
+        return "" if nbytes is None else str(nbytes)
+    if math.isnan(value):
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{format_value(value)} {unit}"
+        value /= 1024
+    return f"{format_value(value)} TiB"
+
+
+def date_text(stamp: Any) -> str:
+    """A timestamp as "2026-12-01 17:50 UTC" (asv records UTC); "" when unknown."""
+    if stamp is None or pd.isna(stamp):
+        return ""
+    return pd.Timestamp(stamp).strftime("%Y-%m-%d %H:%M UTC")

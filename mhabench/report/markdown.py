@@ -1,12 +1,14 @@
-"""Render a :class:`mhabench.report.types.Report` as Markdown (tables in full; plots are
-named, they live in the HTML)."""
+"""Render a :class:`mhabench.report.types.Report` as Markdown: the findings first, then each
+section's text and summary tables in full; per-cell tables are links to their CSV files
+(plots are named, they live in the HTML)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mhabench.report.formatting import format_value
-from mhabench.report.types import Report, Table
+from mhabench.report.html import collapsed, csv_name
+from mhabench.report.types import Report, Section, Table
 
 
 def _md_cell(value: Any) -> str:
@@ -23,15 +25,34 @@ def table_markdown(table: Table) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(report: Report) -> str:
+def findings_markdown(section: Section) -> str:
+    columns = list(dict.fromkeys(k for f in section.findings for k in f.answers))
+    lines = ["| | " + " | ".join(_md_cell(c) for c in columns) + " |",
+             "|---|" + "|".join("---" for _ in columns) + "|"]
+    lines += [f"| [{_md_cell(f.question)}](#{f.target}) | "
+              + " | ".join(_md_cell(f.answers.get(c, "not measured")) for c in columns) + " |"
+              for f in section.findings]
+    return "\n".join(lines)
+
+
+def render_markdown(report: Report, tables_dir: str = "") -> str:
+    """``tables_dir``: the CSV folder's path relative to the Markdown file (its name)."""
     parts = [f"# {report.title}", "", f"Results folder: `{report.results_root}`", ""]
     for section in report.sections:
-        parts += [f"## {section.title}", ""]
+        parts += [f'<a id="{section.id}"></a>', "", f"## {section.title}", ""]
         if section.absent:
             parts += [f"_{section.absent}_", ""]
+        if section.findings:
+            parts += [findings_markdown(section), ""]
+        parts += [table_markdown(t) + "\n" for t in section.tables if not collapsed(t)]
         parts += [p + "\n" for p in section.text]
         if section.plots:
             parts += [f"({len(section.plots)} plot(s) in the HTML report)", ""]
-        parts += [table_markdown(t) + "\n" for t in section.tables]
+        for t in section.tables:
+            if collapsed(t):
+                path = f"{tables_dir}/{csv_name(section, t)}" if tables_dir else csv_name(
+                    section, t)
+                parts += [f"- {t.title}: [{csv_name(section, t)}]({path}) "
+                          f"({len(t.frame)} rows)", ""]
     parts += ["## Loading warnings", ""] + [f"- {w}" for w in report.warnings or ["none"]]
     return "\n".join(parts) + "\n"

@@ -1,4 +1,6 @@
-"""Draw a :class:`mhabench.report.types.Plot` as PNG bytes with matplotlib's Agg backend."""
+"""Draw a :class:`mhabench.report.types.Plot` as PNG bytes with matplotlib's Agg backend:
+each series in the colour and marker the report's palette gave it, one panel per framework
+where one panel would hold more than :data:`MAX_LINES` lines, ticks at the measured x."""
 
 from __future__ import annotations
 
@@ -7,7 +9,38 @@ import textwrap
 from typing import Any
 
 from mhabench.report.formatting import format_value
+from mhabench.report.palette import FRAMEWORK_NAMES, split_label
 from mhabench.report.types import Plot
+
+MAX_LINES = 6  # more lines than this in one panel: one panel per framework
+MAX_TICKS = 12  # at most this many measured x values get a tick each
+
+
+def panels(plot: Plot) -> list[tuple[str, list[str]]]:
+    """(panel title, series labels) per panel: one per framework when the plot's
+    framework/backend lines would be more than :data:`MAX_LINES` in one, else one."""
+    labels = list(plot.series)
+    parts = [split_label(label) for label in labels]
+    if (plot.style == "stacked" or len(labels) <= MAX_LINES or None in parts
+            or len({p[0] for p in parts if p}) < 2):
+        return [("", labels)]
+    by: dict[str, list[str]] = {}
+    for label, part in zip(labels, parts, strict=True):
+        by.setdefault(part[0], []).append(label)  # type: ignore[index]
+    return [(FRAMEWORK_NAMES.get(fw, fw), names) for fw, names in by.items()]
+
+
+def _compact(png: bytes) -> bytes:
+    """The PNG as 8-bit palette colour: a plot has few colours, so a third of the bytes.
+    Maximum coverage keeps every line's colour (median cut, the default, shifts some by
+    up to 40 of 255 and can turn a purple line grey)."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB").quantize(
+        colors=256, method=Image.Quantize.MAXCOVERAGE)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
 def plot_png(plot: Plot) -> bytes:
@@ -16,49 +49,66 @@ def plot_png(plot: Plot) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    fig, ax = plt.subplots(figsize=(4.8, 2.8) if plot.small else (7.5, 4.5), dpi=90)
+    groups = panels(plot)
+    width = (4.8, 2.8) if plot.small else (7.5 if len(groups) == 1 else 11.5, 4.5)
+    fig, axes = plt.subplots(1, len(groups), figsize=width, dpi=90, sharey=True,
+                             squeeze=False)
     try:
-        for label, (x, y) in plot.dots.items():
-            ax.scatter(x, y, label=label, s=6, alpha=0.35, color="grey")
-        if plot.style == "stacked":
-            _stacked(ax, plot)
-        else:
-            for label, (x, y) in plot.series.items():
-                if plot.style == "scatter":
-                    ax.scatter(x, y, label=label, s=18, alpha=0.8)
-                else:
-                    ax.plot(x, y, marker="o", label=label)
-        for x in plot.marks:
-            ax.axvline(x, color="red", linestyle="--", linewidth=1)
-        if plot.xticks is not None:
-            ax.set_xticks(range(len(plot.xticks)), plot.xticks, rotation=45, fontsize=6)
-        plain = FuncFormatter(lambda v, _: f"{v:g}")  # 64, 0.5: not 2^6 or 5x10^-1
-        if plot.logx:
-            ax.set_xscale("log", base=2 if plot.xlabel.startswith("heads") else 10)
-            ax.xaxis.set_major_formatter(plain)
-            ax.xaxis.set_minor_formatter(NullFormatter())
-        if plot.logy:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(plain)
-            ax.yaxis.set_minor_formatter(NullFormatter())
-        if plot.diagonal:
-            lo, hi = _limits(plot)
-            ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
-        ax.set_title(textwrap.fill(plot.title, 60 if plot.small else 90), fontsize=8 if
-                     plot.small else 9)
-        ax.set_xlabel(plot.xlabel)
-        ax.set_ylabel(plot.ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6 if plot.small else 7)
+        for ax, (name, labels) in zip(axes[0], groups, strict=True):
+            _draw(ax, plot, labels, name)
         fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
-        return buffer.getvalue()
+        return _compact(buffer.getvalue())
     finally:
         plt.close(fig)
+
+
+def _draw(ax: Any, plot: Plot, labels: list[str], panel: str) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    for label, (x, y) in plot.dots.items():
+        ax.scatter(x, y, label=label, s=6, alpha=0.35, color="grey")
+    if plot.style == "stacked":
+        _stacked(ax, plot)
+    else:
+        for label in labels:
+            x, y = plot.series[label]
+            colour, marker = plot.styles.get(label, (None, "o"))
+            if plot.style == "scatter":
+                ax.scatter(x, y, label=label, s=18, alpha=0.8, color=colour,
+                           marker=marker)
+            else:
+                ax.plot(x, y, marker=marker, color=colour, label=label)
+    for x in plot.marks:
+        ax.axvline(x, color="red", linestyle="--", linewidth=1)
+    if plot.xticks is not None:
+        ax.set_xticks(range(len(plot.xticks)), plot.xticks, rotation=45, fontsize=6)
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 64, 0.5: not 2^6 or 5x10^-1
+    if plot.logx:
+        ax.set_xscale("log", base=2 if plot.xlabel.startswith("heads") else 10)
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    measured = sorted({v for label in labels for v in plot.series[label][0]})
+    if plot.style == "line" and plot.xticks is None and 0 < len(measured) <= MAX_TICKS:
+        ax.xaxis.set_major_locator(FixedLocator(measured))  # ticks at the measured x
+        ax.xaxis.set_minor_locator(FixedLocator([]))
+    if plot.logy:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    if plot.diagonal:
+        lo, hi = _limits(plot)
+        ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
+    title = f"{panel}: {plot.title}" if panel else plot.title
+    ax.set_title(textwrap.fill(title, 60 if plot.small or panel else 90),
+                 fontsize=8 if plot.small else 9)
+    ax.set_xlabel(plot.xlabel)
+    ax.set_ylabel(plot.ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6 if plot.small else 7)
 
 
 def _stacked(ax: Any, plot: Plot) -> None:
@@ -69,7 +119,8 @@ def _stacked(ax: Any, plot: Plot) -> None:
         if labels is None:
             labels = [format_value(int(v) if float(v).is_integer() else v) for v in x]
             bottom = [0.0] * len(x)
-        ax.bar(range(len(y)), y, bottom=bottom, label=label)
+        ax.bar(range(len(y)), y, bottom=bottom, label=label,
+               color=plot.styles.get(label, (None, ""))[0])
         bottom = [b + v for b, v in zip(bottom, y, strict=True)]
     for label, y in plot.points.items():
         ax.plot(range(len(y)), y, "kD", label=label)

@@ -8,8 +8,22 @@ import numpy as np
 import pandas as pd
 
 from mhabench.core.cost import TRAIN_FACTOR, decoder_step_flops
-from mhabench.report.context import CONFIG_KEY, Context, head_sweeps, shape, sweep_plots
+from mhabench.report.context import (
+    CONFIG_KEY,
+    MIN_SWEEP,
+    Context,
+    exercise_sweeps,
+    head_sweeps,
+    shape,
+)
 from mhabench.report.types import Plot, Section, Table
+
+
+def medians(table: pd.DataFrame, by: list[str], columns: list[str]) -> pd.DataFrame:
+    """A summary: per ``by`` group, how many rows and the median of each of ``columns``."""
+    out = table.groupby(by, sort=True)[columns].median()
+    out.insert(0, "pairs", table.groupby(by, sort=True).size())
+    return out.rename(columns={c: f"median {c}" for c in columns}).reset_index()
 
 
 def _exponent_rows(t: pd.DataFrame, axis: str, others: tuple[str, ...]) -> list[dict]:
@@ -27,6 +41,29 @@ def _exponent_rows(t: pd.DataFrame, axis: str, others: tuple[str, ...]) -> list[
     return rows
 
 
+def _scaling_plot(rows: list[dict], axis: str, machine: str) -> Plot | None:
+    """Time against ``axis`` on one machine: the slice (everything but framework/backend
+    fixed) timed by the most backends, one line per framework/backend; sweeps of fewer
+    than MIN_SWEEP values are left out."""
+    rows = [r for r in rows if r["axis"] == axis and r["machine"] == machine
+            and r["_group"][axis].nunique() >= MIN_SWEEP]
+    if not rows:
+        return None
+    fixed = [k for k in ("device", "dtype", "mode", "batch", "heads", "n", "d", "kv_heads",
+                         "masked", "dropout") if k != axis]
+    slices: dict[tuple, list[dict]] = {}
+    for r in rows:
+        slices.setdefault(tuple(r[k] for k in fixed), []).append(r)
+    key, chosen = max(slices.items(), key=lambda kv: (len(kv[1]), kv[0][4] == 8))
+    where = ", ".join(f"{k} {v}" for k, v in zip(fixed[:6], key, strict=False))
+    return Plot(f"Time against {axis} on {machine} ({where}; log-log: the slope is the "
+                "exponent)", axis, "time (ms)",
+                {f"{r['framework']}/{r['backend']}": (g[axis].astype(float).tolist(),
+                                                      g["time_ms"].tolist())
+                 for r in chosen if (g := r["_group"].sort_values(axis)) is not None},
+                logx=True, logy=True)
+
+
 def scaling_section(ctx: Context) -> Section:
     t = ctx.timings[~ctx.timings["cross"].astype(bool)]
     base = ("machine", "framework", "backend", "device", "dtype", "mode", "batch", "heads",
@@ -35,21 +72,22 @@ def scaling_section(ctx: Context) -> Section:
     if not rows:
         return Section("", "", absent="No config measured at several n or several d with "
                                       "everything else fixed.")
-    plots = []
-    for axis in ("n", "d"):
-        series = {f"{r['framework']}/{r['backend']} h={r['heads']}":
-                  (r["_group"][axis].astype(float).tolist(), r["_group"]["time_ms"].tolist())
-                  for r in rows if r["axis"] == axis}
-        if series:
-            plots.append(Plot(f"Time against {axis} (log-log; the slope is the exponent)",
-                              axis, "time (ms)", dict(list(series.items())[:10]),
-                              logx=True, logy=True))
+    plots = [p for axis in ("n", "d") for machine in sorted({r["machine"] for r in rows})
+             if (p := _scaling_plot(rows, axis, machine)) is not None]
     table = pd.DataFrame([{k: v for k, v in r.items() if k != "_group"} for r in rows])
     keep = ["machine", "framework", "backend", "device", "mode", "batch", "heads", "n", "d",
             "axis", "values", "measured exponent", "FLOP model exponent"]
     table = table.reindex(columns=keep)  # an n-only or d-only grid lacks the other column
-    section = Section("", "", tables=[Table("exponents", "Fitted exponents: time ~ axis^k",
-                                            table)], plots=plots)
+    summary = table.groupby(["machine", "axis", "framework", "backend"]).agg(**{
+        "slices": ("values", "size"),
+        "median exponent": ("measured exponent", "median"),
+        "lowest": ("measured exponent", "min"), "highest": ("measured exponent", "max"),
+        "FLOP model exponent": ("FLOP model exponent", "median")}).reset_index()
+    section = Section("", "", plots=plots, tables=[
+        Table("summary", "Fitted exponents per backend (time ~ axis^k; median over the "
+              "slices timed)", summary),
+        Table("exponents", "Fitted exponents: time ~ axis^k, every slice", table,
+              detail=True)])
     for axis in ("n", "d"):
         sub = table[table["axis"] == axis]
         if len(sub):
@@ -78,8 +116,13 @@ def cross_section(ctx: Context) -> Section:
         "cross/self time": pairs["value"] / pairs["value_self"],
         "cross/self FLOPs": pairs["flops_model"].astype(float)
         / pairs["flops_model_self"].astype(float)})
-    section = Section("", "", tables=[Table("cross", "Cross-attention (n queries over m keys) "
-                                            "against self-attention over n", table)])
+    section = Section("", "", tables=[
+        Table("summary", "Cross against self-attention per backend (medians over the pairs)",
+              medians(table.dropna(subset=["cross/self time"]),
+                      ["machine", "framework", "backend"],
+                      ["cross/self time", "cross/self FLOPs"])),
+        Table("cross", "Cross-attention (n queries over m keys) against self-attention over n",
+              table, detail=True)])
     section.text.append("Cross-attention's cost is linear in m for the scores and mixing and "
                         "the key/value projections (Exercise 7); the table compares each cross "
                         "cell with the self-attention cell of the same n where one was timed.")
@@ -102,12 +145,18 @@ def variants_section(ctx: Context) -> Section:
                          "time (ms)": r["time_ms"],
                          "time / MHA": r["value"] / mha.iloc[0] if len(mha) else np.nan,
                          "parameters": r["params"],
-                         "KV cache (bytes/token)": r["kv_cache_bytes_per_token"]})
+                         "KV cache (bytes/token)": r["kv_cache_bytes_per_token"],
+                         "KV cache / MHA": r["kv_heads"] / r["heads"]})
     if not rows:
         return Section("", "", absent="No config timed at several kv_heads (MHA/GQA/MQA).")
     table = pd.DataFrame(rows)
-    section = Section("", "", tables=[Table("variants", "MHA, GQA and MQA: time, parameters "
-                                            "and KV-cache bytes per token", table)])
+    shrunk = table[table["variant"] != "mha"]
+    section = Section("", "", tables=[
+        Table("summary", "GQA and MQA against MHA per backend (medians over the configs)",
+              medians(shrunk, ["machine", "framework", "backend", "variant"],
+                      ["time / MHA", "KV cache / MHA"])),
+        Table("variants", "MHA, GQA and MQA: time, parameters and KV-cache bytes per token",
+              table, detail=True)])
     section.text.append("Fewer key/value heads shrink the key/value projections' parameters "
                         "and the KV cache by h/h_kv; the time column shows what that buys.")
     return section
@@ -144,8 +193,13 @@ def decoding_section(ctx: Context) -> Section:
                                    * int(r["batch"]) * int(r["n"])
                                    for r in pairs.to_dict("records")]})
     table["model FLOP ratio"] = table["model FLOPs recomputed"] / table["model FLOPs cached"]
-    section = Section("", "", tables=[Table("decode", "Decoder step with cached keys/values "
-                                            "against recomputing them", table)])
+    section = Section("", "", tables=[
+        Table("summary", "Decoder step with cached source keys/values against recomputing "
+              "them, per backend (medians)",
+              medians(table, ["machine", "framework", "backend"],
+                      ["recomputed/cached time", "model FLOP ratio"])),
+        Table("decode", "Decoder step with cached keys/values against recomputing them",
+              table, detail=True)])
     if table["recomputed (ms)"].isna().all():
         section.text.append("No matching forward cross-attention cells were timed, so only the "
                             "cached step and the model's FLOP ratio are shown.")
@@ -178,8 +232,13 @@ def _kv_cache_table(t: pd.DataFrame) -> Section | None:
         / pairs["value"] / 1e9,
         "no cache, prefix (ms)": 1e3 * pairs["value_prefix"],
         "prefix/decode time": pairs["value_prefix"] / pairs["value"]})
-    section = Section("", "", tables=[Table("kv-cache", "One decode step over a KV cache of m "
-                                            "against recomputing the prefix", table)])
+    section = Section("", "", tables=[
+        Table("kv-summary", "One decode step over a KV cache against recomputing the prefix, "
+              "per backend (medians)",
+              medians(table, ["machine", "framework", "backend"],
+                      ["prefix/decode time", "cache read rate (GB/s)"])),
+        Table("kv-cache", "One decode step over a KV cache of m against recomputing the prefix",
+              table, detail=True)])
     section.text.append(
         "A decode step projects the new token's q, k and v, writes k and v into the cache at "
         "position m and attends over the m + 1 positions it holds; every timed call starts "
@@ -206,12 +265,39 @@ def train_section(ctx: Context) -> Section:
         "h": pairs["heads"], "forward (ms)": 1e3 * pairs["value_fwd"],
         "forward+backward (ms)": pairs["time_ms"],
         "ratio": pairs["value"] / pairs["value_fwd"]})
-    section = Section("", "", tables=[Table("train", "Forward + backward against forward",
-                                            table)])
+    section = Section("", "", tables=[
+        Table("summary", "Forward + backward over forward per backend (medians)",
+              medians(table, ["machine", "framework", "backend"], ["ratio"])),
+        Table("train", "Forward + backward against forward", table, detail=True)])
     section.text.append(f"The cost model counts a training step as {TRAIN_FACTOR}x the forward "
                         f"FLOPs; measured ratios run from {table['ratio'].min():.2f} to "
                         f"{table['ratio'].max():.2f} (median {table['ratio'].median():.2f}).")
     return section
+
+
+def best_backends(ctx: Context) -> pd.DataFrame:
+    """Each framework's backends at the Exercise 6.4 shape of each machine, fastest first:
+    the geometric mean time over the head counts every backend there was timed at."""
+    rows = []
+    sweeps = exercise_sweeps(head_sweeps(ctx.timings))
+    where: dict[tuple, list] = {}
+    for key, group in sweeps:
+        where.setdefault((key["machine"], key["device"], key["dtype"], shape(key)),
+                         []).append((key, group))
+    for (machine, device, dtype, shape_), found in where.items():
+        common = set.intersection(*(set(g["heads"]) for _, g in found))
+        for key, group in found:
+            at = group[group["heads"].isin(common)]
+            rows.append({"machine": machine, "device": device, "dtype": dtype,
+                         "shape": shape_, "h": ", ".join(map(str, sorted(common))),
+                         "framework": key["framework"], "backend": key["backend"],
+                         "geometric mean (ms)": float(np.exp(np.log(at["time_ms"]).mean()))})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out = out.sort_values(["machine", "dtype", "framework", "geometric mean (ms)"])
+    out["rank in framework"] = out.groupby(["machine", "dtype", "framework"]).cumcount() + 1
+    return out.reset_index(drop=True)
 
 
 def frameworks_section(ctx: Context) -> Section:
@@ -226,14 +312,18 @@ def frameworks_section(ctx: Context) -> Section:
         "shape": [shape(r) for r in pairs.to_dict("records")], "h": pairs["heads"],
         "kv heads": pairs["kv_heads"], "PyTorch (ms)": pairs["time_ms"],
         "JAX (ms)": 1e3 * pairs["value_jax"], "JAX/PyTorch": pairs["value_jax"] / pairs["value"]})
-    section = Section("", "", tables=[Table("torch-vs-jax", "The same configs in PyTorch and "
-                                            "JAX", table)])
+    best = best_backends(ctx)
+    top = best[best["rank in framework"] <= 3] if len(best) else best
+    section = Section("", "", tables=[
+        Table("best", "The three fastest backends of each framework at the Exercise 6.4 shape "
+              "(geometric mean over h)", top),
+        Table("summary", "JAX over PyTorch per backend (medians over the configs timed in "
+              "both)", medians(table, ["machine", "backend"], ["JAX/PyTorch"])),
+        Table("torch-vs-jax", "The same configs in PyTorch and JAX", table, detail=True)])
+    section.facts["best"] = best
     med = table.groupby("backend")["JAX/PyTorch"].median()
     section.text.append("Median JAX/PyTorch time ratio per backend (below 1: JAX faster): "
                         + "; ".join(f"{b} {v:.2f}" for b, v in med.items()) + ".")
-    sweeps = [(k, g) for k, g in head_sweeps(t) if k["mode"] == "forward"]
-    section.plots = sweep_plots(sweeps, "time (ms)", lambda g: g["time_ms"].tolist(),
-                                 "PyTorch and JAX against h")[:2]
     return section
 
 
@@ -241,12 +331,19 @@ def machines_section(ctx: Context) -> Section:
     t = ctx.timings
     if t["machine"].nunique() < 2:
         return Section("", "", absent="The results hold one machine.")
-    pivot = t.pivot_table(index="config_id", columns="machine", values="time_ms",
-                          aggfunc="median")
+    # the same config on different machines: every field but the machine and its device
+    same = t.assign(config=["-".join(p for i, p in enumerate(c.split("-")) if i != 2)
+                            for c in t["config_id"]])  # ids read framework-backend-device-...
+    pivot = same.pivot_table(index="config", columns="machine", values="time_ms",
+                             aggfunc="median")
     pivot.columns = [f"{c} (ms)" for c in pivot.columns]
     pivot = pivot.dropna(thresh=2).reset_index()
-    section = Section("", "", tables=[Table("machines", "Time per config on each machine",
-                                            pivot)])
+    best = best_backends(ctx)
+    section = Section("", "", tables=[
+        Table("summary", "Each machine's fastest backends at its Exercise 6.4 shape",
+              best[best["rank in framework"] == 1] if len(best) else best),
+        Table("machines", "Time per config on each machine (the config's device aside)",
+              pivot, detail=True)])
     if pivot.empty:
         section.text.append("No config was timed on more than one machine.")
     return section

@@ -5,7 +5,7 @@ set apart, and confirmed by re-measurement (``mhabench confirm``). See
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pandas as pd
 
@@ -21,6 +21,7 @@ from mhabench.analysis.regressions import (
     sample_summary,
 )
 from mhabench.analysis.steps import GAMMA, Z_CANDIDATE, Z_HOLD
+from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
 from mhabench.measure.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
@@ -165,12 +166,44 @@ def _rules(kind_text: str, order: Order, cells: int) -> str:
         "moved the same way takes its verdict. As in asv, higher is worse.")
 
 
+def _kernel_at_step(ctx: Context) -> Callable[[Step], str]:
+    """For a step of a time_ cell, "flash → math" where the same config recorded another
+    kernel at the step's commit than at the commit before it, else ""."""
+    frame = ctx.results.frame
+    ids = (frame[frame["config_id"].notna()].drop_duplicates(["machine", "benchmark", "cell"])
+           .set_index(["machine", "benchmark", "cell"])["config_id"].to_dict())
+    kernels = kernels_by_commit(frame)
+
+    def at(step: Step) -> str:
+        h = step.history
+        config_id = ids.get((h.machine, h.benchmark, h.cell))
+        k0, k1 = (kernels.get((h.machine, h.env_name, config_id, h.commits[i]))
+                  for i in (step.before, step.after))
+        return f"{k0} → {k1}" if k0 and k1 and k0 != k1 else ""
+    return at
+
+
+def kernel_changes_table(ctx: Context, order: Order) -> Table | None:
+    changes = kernel_changes(ctx.results.frame, order.commits)
+    if changes.empty:
+        return None
+    return Table("kernel-changes", "Cells whose recorded kernel changed between two commits, "
+                 "with their time at both", pd.DataFrame({
+                     "machine": changes["machine"], "config": changes["config_id"],
+                     "previous commit": changes["before"].str[:8],
+                     "commit": changes["after"].str[:8], "kernel": changes["kernels"],
+                     "time before (ms)": 1e3 * changes["time before (s)"].astype(float),
+                     "time after (ms)": 1e3 * changes["time after (s)"].astype(float),
+                     "after/before": changes["time after (s)"].astype(float)
+                     / changes["time before (s)"].astype(float)}))
+
+
 def regressions_section(ctx: Context) -> Section:
     order, verdicts, cells = _verdicts(ctx, TIME_KINDS)
     if not cells:
         return Section("", "", absent="No time_ cell was measured at two or more commits of "
                                       "one machine and environment: nothing to compare.")
-    section = Section("", "")
+    section = Section("", "", facts={"verdicts": verdicts, "order": order})
     section.text.append(_rules("time_", order, cells))
     section.text += _run_lines(verdicts)
     section.text += _group_lines(verdicts)
@@ -190,11 +223,26 @@ def regressions_section(ctx: Context) -> Section:
     section.text.append(f"Machine load while cells timed: {loads}; a cell counts as "
                         f"disturbed when other processes took {DISTURBED_CORES:g} cores "
                         "or more while it timed.")
+    kernel = _kernel_at_step(ctx)
     if listed:
+        steps = pd.DataFrame([_row(s) for s in listed])
+        steps.insert(steps.columns.get_loc("step (after/before)") + 1, "kernel",
+                     [kernel(s) for s in listed])  # the kernel change beside the time change
         section.tables.append(Table("steps", "Upward steps: the verdict, where, how large "
-                                    "against the cell's noise, and the samples either side",
-                                    pd.DataFrame([_row(s) for s in listed])))
-    section.tables += [t for t in (groups_table(verdicts), runs_table(verdicts)) if t]
+                                    "against the cell's noise, the kernel where it changed, "
+                                    "and the samples either side", steps))
+    changes = kernel_changes_table(ctx, order)
+    if changes is not None:
+        section.text.append(
+            f"{len(changes.frame)} cell(s) recorded another kernel than at the commit before: "
+            + "; ".join(f"{r['config']} {r['kernel']} at {r['commit']} "
+                        f"({r['after/before']:.2f}x time)"
+                        for r in changes.frame.head(4).to_dict("records"))
+            + ("; ..." if len(changes.frame) > 4 else "") + ".")
+    runs = runs_table(verdicts)
+    if runs is not None:
+        runs.detail = True
+    section.tables += [t for t in (changes, groups_table(verdicts), runs) if t]
     shown = [s for s in listed if s.verdict in ("confirmed", "holds", "candidate")]
     section.plots = [history_plot(s) for s in shown[:MAX_PLOTS]]
     if len(shown) > MAX_PLOTS:

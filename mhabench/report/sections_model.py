@@ -10,13 +10,15 @@ import pandas as pd
 from mhabench.analysis.decomposition import GOOD_R2, GOOD_RESIDUAL, decompose, verdict
 from mhabench.analysis.timemodel import FEATURE_LABELS, FEATURES, GROUP_KEY, MIN_CELLS
 from mhabench.analysis.validation import error_summary, leave_out
+from mhabench.core.kernels import SCORE_TERMS
 from mhabench.report.context import (
-    MAX_PLOTS,
     Context,
+    exercise_sweeps,
     group_key,
     head_sweeps,
     is_chapter,
     shape,
+    sweep_id,
 )
 from mhabench.report.types import Plot, Section, Table
 
@@ -27,21 +29,33 @@ PERCENT = {"median_rel_error": "median error (%)", "worst_rel_error": "worst err
 
 
 # ----- per-head decomposition -------------------------------------------------------------
+MAX_DECOMPOSITION_PLOTS = 4
+
+
+def term_labels(term: str) -> dict[str, str]:
+    """The model's term labels with the b*h*n*m term named for what the kernel does."""
+    return {**FEATURE_LABELS, "map": f"{term} (b*h*n*m)", "spill": f"{term}, beyond cache"}
+
+
 def decomposition_section(ctx: Context) -> Section:
-    rows, residuals, plots = [], [], []
-    for key, group in head_sweeps(ctx.timings):
+    rows, residuals, candidates = [], [], []
+    sweeps = head_sweeps(ctx.timings)
+    exercise = {sweep_id(k) for k, _ in exercise_sweeps(sweeps)}
+    for key, group in sweeps:
         model = ctx.models.get(group_key(key))
         if model is None:
             continue
         dec = decompose(model, group)
+        term = ctx.score_term(key["machine"], key["framework"], key["backend"], key["device"])
         names = {"machine": key["machine"], "framework": key["framework"],
-                 "backend": key["backend"], "mode": key["mode"], "shape": shape(key)}
+                 "backend": key["backend"], "dtype": key["dtype"], "mode": key["mode"],
+                 "shape": shape(key)}
         good = dec.good_fit
-        rows.append({**names, "chapter": is_chapter(key),
-                     "slowest/fastest": group["value"].max() / group["value"].min(),
+        rows.append({**names, "chapter": is_chapter(key), "Exercise 6.4 sweep": sweep_id(key)
+                     in exercise, "slowest/fastest": group["value"].max() / group["value"].min(),
                      "R^2 on sweep": dec.r2,
                      "worst residual (%)": 100 * dec.residuals[np.argmax(np.abs(dec.residuals))],
-                     "good fit": good,
+                     "good fit": good, "b*h*n*m term": term,
                      "trend measured (ms)": 1e3 * dec.trend_measured_s,
                      "trend model (ms)": 1e3 * dec.trend_model_s,
                      "trend unexplained (%)": 100 * dec.unexplained,
@@ -49,46 +63,68 @@ def decomposition_section(ctx: Context) -> Section:
                      **{f"share {f} (%)": 100 * dec.shares[f] if good else np.nan
                         for f in FEATURES},
                      "map/per-head separable": model.separable,
-                     "verdict": verdict(dec, model.separable)})
+                     "verdict": verdict(dec, model.separable, term)})
         for h, measured, predicted, residual in zip(dec.heads, dec.measured, dec.predicted,
                                                     dec.residuals, strict=True):
             residuals.append({**names, "h": h, "measured (ms)": 1e3 * measured,
                               "model (ms)": 1e3 * predicted, "residual (%)": 100 * residual})
-        if len(plots) < MAX_PLOTS and (is_chapter(key) or len(plots) < 2):
+        if sweep_id(key) in exercise or (not exercise and len(candidates) < 2):
             x = group["heads"].astype(float).tolist()
-            series = {FEATURE_LABELS[f]: (x, (1e3 * dec.terms[f]).tolist()) for f in FEATURES}
-            plots.append(Plot(f"Model terms against h: {key['machine']} {key['framework']}/"
-                              f"{key['backend']} {key['mode']}, {shape(key)} (R^2 "
-                              f"{dec.r2:.2f})", "heads h", "time (ms)", series,
-                              style="stacked", points={"measured": group["time_ms"].tolist()}))
+            labels = term_labels(term)
+            series = {labels[f]: (x, (1e3 * dec.terms[f]).tolist()) for f in FEATURES}
+            # the chapter's layout first, then kernels that keep the map in tiles
+            rank = (key["backend"] != "batched", key["dtype"] != "float32",
+                    term == SCORE_TERMS[True], key["framework"], key["backend"])
+            candidates.append((key["machine"], rank, Plot(
+                f"Model terms against h: {key['machine']} {key['framework']}/"
+                f"{key['backend']} {key['dtype']} {key['mode']}, {shape(key)} (R^2 "
+                f"{dec.r2:.2f})", "heads h", "time (ms)", series, style="stacked",
+                points={"measured": group["time_ms"].tolist()})))
     if not rows:
         return Section("", "", absent="No head sweep with a fitted time model in the results.")
     table = pd.DataFrame(rows)
+    shown = table[table["Exercise 6.4 sweep"]] if table["Exercise 6.4 sweep"].any() else table
+    summary = shown.assign(**{
+        "share b*h*n*m (%)": shown["share map (%)"] + shown["share spill (%)"],
+        "share per head (%)": shown["share heads (%)"]})[
+        ["machine", "framework", "backend", "dtype", "shape", "slowest/fastest",
+         "R^2 on sweep", "good fit", "b*h*n*m term", "share b*h*n*m (%)",
+         "share per head (%)", "trend unexplained (%)"]]
+    # every machine gets its share of the plots, each its most telling sweeps first
+    machines = sorted({m for m, _, _ in candidates})
+    share = max(2, MAX_DECOMPOSITION_PLOTS // max(1, len(machines)))
+    plots = [p for m in machines for _, _, p in sorted(
+        (c for c in candidates if c[0] == m), key=lambda c: c[1])[:share]]
     section = Section("", "", plots=plots, tables=[
+        Table("summary", "The Exercise 6.4 sweeps split into the time model's terms (shares "
+              "only where the model fits the sweep)", summary),
         Table("decomposition", "Each sweep's h-trend split into the time model's terms "
-              "(shares only where the model fits the sweep)", table),
+              "(shares only where the model fits the sweep)", table, detail=True),
         Table("residuals", "The model against each sweep's measurement at every h",
-              pd.DataFrame(residuals))])
+              pd.DataFrame(residuals), detail=True)])
     section.text.append(
         "Time is fitted (non-negative least squares, per machine/framework/backend/device) as "
-        "FLOPs x s/FLOP + map elements (batch*h*n*m) x s/element (plus an extra s/element "
-        "for maps larger than a cache size fitted per group) + key/value elements read "
-        "(batch*m*2*width) x s/element + h x s/head + a constant. At "
-        "fixed d the FLOP term does not change with h, so the h-trend is split between the "
-        "attention-map traffic and the fixed per-head cost. Shares are each term's change from "
-        "the smallest to the largest h over the model's total change.")
+        "FLOPs x s/FLOP + scores (b*h*n*m) x s/score (plus an extra s/score for maps larger "
+        "than a cache size fitted per group) + key/value elements read (batch*m*2*width) x "
+        "s/element + h x s/head + a constant. At fixed d the FLOP term does not change with "
+        "h, so the h-trend is split between the b*h*n*m term and the fixed per-head cost. "
+        f"The b*h*n*m term is the {SCORE_TERMS[True]} where the kernel writes the map "
+        f"(explicit ops, math, XLA), and {SCORE_TERMS[False]} where it keeps the map in "
+        "tiles (flash, efficient, cuDNN, flex, blockwise). Shares are each term's change "
+        "from the smallest to the largest h over the model's total change.")
     section.text.append(
         f"A share is named only where the model fits the sweep itself: R^2 >= {GOOD_R2:g} on "
         f"the sweep and every h within {100 * GOOD_RESIDUAL:.0f}% of its measurement (one "
         "timing's run-to-run noise on shared machines is often 10-20%). Elsewhere the verdict "
         "says how much of the measured h-trend (t at the largest h minus t at the smallest) "
         "the terms leave unexplained; the residuals table shows the fit at each h.")
-    for (fw, be), g in table.groupby(["framework", "backend"], sort=True):
-        chapter = g[g["chapter"]]
-        g = chapter if len(chapter) else g  # the chapter's sweep, else the steepest one
+    several = table["machine"].nunique() > 1
+    for (machine, fw, be), g in table.groupby(["machine", "framework", "backend"], sort=True):
+        chapter = g[g["Exercise 6.4 sweep"]]
+        g = chapter if len(chapter) else g  # the exercise's sweep, else the steepest one
         r = g.iloc[int(np.argmax(g["slowest/fastest"].to_numpy()))]
-        section.text.append(f"{fw}/{be}: {r['verdict']} (sweep ratio "
-                            f"{r['slowest/fastest']:.2f}x, {r['shape']}).")
+        section.text.append(f"{fw}/{be}{f' on {machine}' if several else ''}: {r['verdict']} "
+                            f"(sweep ratio {r['slowest/fastest']:.2f}x, {r['shape']}).")
     return section
 
 
@@ -105,6 +141,7 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
         c = model.coef
         where = (key[0], key[1], key[3], key[4])
         bw = float(cal.loc[where, "bandwidth_gbs"]) if where in cal.index else np.nan
+        writes = ctx.writes_map(key[0], key[1], key[2], key[3])
         rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "cells": model.cells,
                      "terms fitted": " + ".join(model.features)
                      + (" (reduced: too few cells for the full model)" if model.reduced
@@ -112,9 +149,12 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "R^2": model.r2,
                      "in-sample median error (%)": 100 * model.median_rel_error,
                      "FLOP rate (GFLOP/s)": 1e-9 / c["flops"] if c["flops"] > 0 else np.inf,
-                     "map (ns/element)": 1e9 * c["map"],
-                     "map bytes/element at copy bandwidth": c["map"] * bw * 1e9,
-                     "beyond cache (ns/element)": 1e9 * c["spill"],
+                     "b*h*n*m term": SCORE_TERMS[writes],
+                     "b*h*n*m (ns/score)": 1e9 * c["map"],
+                     # bytes moved per score only means something where the map is written
+                     "map bytes/score at copy bandwidth": c["map"] * bw * 1e9 if writes
+                     else np.nan,
+                     "beyond cache (ns/score)": 1e9 * c["spill"],
                      "cache size (MiB)": (model.cache_bytes or np.nan) / 2**20,
                      "K/V read (ns/element)": 1e9 * c["kv"],
                      "decode K/V beyond cache (ns/element)": 1e9 * c["kv_spill"],
@@ -125,9 +165,15 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
         rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "cells": cells,
                      "terms fitted": f"none: under-determined (fewer than {MIN_CELLS} cells)"})
     coef = pd.DataFrame(rows)
-    if coef["map bytes/element at copy bandwidth"].isna().all():
-        coef = coef.drop(columns="map bytes/element at copy bandwidth")
+    if coef["map bytes/score at copy bandwidth"].isna().all():
+        coef = coef.drop(columns="map bytes/score at copy bandwidth")
     return coef
+
+
+def _percent(summary: pd.DataFrame) -> pd.DataFrame:
+    summary[list(PERCENT)] = 100 * summary[list(PERCENT)].astype(float)
+    summary[["cells", "extrapolated"]] = summary[["cells", "extrapolated"]].astype(int)
+    return summary.rename(columns=PERCENT)
 
 
 def timemodel_section(ctx: Context) -> Section:
@@ -136,7 +182,7 @@ def timemodel_section(ctx: Context) -> Section:
                                       f"({MIN_CELLS} per group).")
     section = Section("", "", tables=[Table("coefficients", "Fitted coefficients per group "
                                             "(and groups too small to fit)",
-                                            _coefficients(ctx))])
+                                            _coefficients(ctx), detail=True)])
     section.text.append(
         "Each group gets the richest model with fewer coefficients (non-zero terms) than it "
         f"has cells, down to FLOPs + a constant; a group with fewer than {MIN_CELLS} cells "
@@ -149,15 +195,16 @@ def timemodel_section(ctx: Context) -> Section:
                             f"{MIN_CELLS} training cells).")
         return section
     overall = error_summary(errors).iloc[0]
-    per_group = error_summary(errors, by=["framework", "backend", "device"])
-    per_group[list(PERCENT)] = 100 * per_group[list(PERCENT)].astype(float)
-    per_group[["cells", "extrapolated"]] = per_group[["cells", "extrapolated"]].astype(int)
-    section.tables.append(Table("leave-out", "Leave-out relative error (%) per group: "
-                                "calibrated model and the plain FLOP model at one rate",
-                                per_group.rename(columns=PERCENT)))
+    per_machine, per_group = (_percent(error_summary(errors, by=by)) for by in (
+        ["machine"], ["machine", "framework", "backend", "device"]))
+    section.tables[:0] = [
+        Table("accuracy", "Leave-out relative error (%) per machine: calibrated model and the "
+              "plain FLOP model at one rate", per_machine),
+        Table("leave-out", "Leave-out relative error (%) per group", per_group, detail=True)]
     section.tables.append(Table("leave-out-cells", "Every left-out cell: measured, predicted "
                                 "and where it lies outside its fold's fitted ranges",
-                                errors.drop(columns="extrapolated")))
+                                errors.drop(columns="extrapolated"), detail=True))
+    section.facts["leave_out"] = errors
     met = "meets" if overall["median_rel_error"] <= TARGET_MEDIAN_ERROR else "misses"
     inside = errors[~errors["extrapolated"]]
     section.text.append(
@@ -200,8 +247,15 @@ def validation_section(ctx: Context) -> Section:
         "FLOP model (ms)": 1e3 * rows["flop_rate_s"],
         "FLOP model error (%)": 100 * (rows["flop_rate_s"] / rows["measured_s"] - 1),
         "extrapolation": rows["extrapolation"].fillna("")})
-    section = Section("", "", tables=[Table("random-configs", "Random configs off the grid, "
-                                            "timed fresh: measured against predicted", table)])
+    parts = {"all": "all", "inside": "inside the fitted ranges",
+             "extrapolated": "extrapolated"}
+    summary = pd.DataFrame([{"configs": what, "cells": s[k].get("cells", 0),
+                             **{PERCENT[c]: 100 * s[k][c] if s[k].get("cells") else np.nan
+                                for c in PERCENT}} for k, what in parts.items() if k in s])
+    section = Section("", "", tables=[
+        Table("summary", "Relative error on the random configs (%)", summary),
+        Table("random-configs", "Random configs off the grid, timed fresh: measured against "
+              "predicted", table, detail=True)])
 
     def line(part: dict, what: str) -> str:
         if not part.get("cells"):

@@ -5,39 +5,61 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mhabench.analysis.results import config_from_row, kernel_table, track_values
+from mhabench.analysis.results import config_from_row
+from mhabench.analysis.tracks import track_values
 from mhabench.report.context import (
+    MIN_SWEEP,
     Context,
+    exercise_sweeps,
     head_sweeps,
-    is_chapter,
     peaks,
     shape,
+    sweep_id,
     sweep_plots,
 )
+from mhabench.report.formatting import date_text, size_text
+from mhabench.report.palette import FRAMEWORK_NAMES
 from mhabench.report.types import Plot, Section, Table
 
 
+def _gpu(facts: dict) -> str:
+    if not facts.get("gpu"):
+        return ""
+    memory = size_text(facts["gpu_memory_bytes"]) if facts.get("gpu_memory_bytes") else ""
+    return ", ".join(filter(None, (facts["gpu"], memory, f"driver {facts.get('driver')}",
+                                   f"CUDA {facts.get('cuda')}", f"cuDNN {facts.get('cudnn')}")))
+
+
+def _versions(info: dict) -> str:
+    """torch/jax/flax versions: mhabench's machine facts where written (a GPU run), else the
+    versions asv's environment recorded with the results."""
+    facts, env = info.get("facts", {}), info.get("versions", {})
+    return ", ".join(f"{k} {facts.get(k) or env.get(k)}" for k in ("torch", "jax", "flax")
+                     if facts.get(k) or env.get(k))
+
+
 def machine_section(ctx: Context) -> Section:
-    frame = ctx.results.frame
+    frame, cal = ctx.results.frame, ctx.calibration
     rows = []
     for name in ctx.results.machine_names:
         info = ctx.results.machines.get(name, {})
         mine = frame[frame["machine"] == name]
         facts = info.get("facts", {})  # mhabench-machine.json (GPU, versions, precision)
-        gpu = (f"{facts['gpu']}, driver {facts.get('driver')}, CUDA {facts.get('cuda')}, "
-               f"cuDNN {facts.get('cudnn')}" if facts.get("gpu") else "")
-        versions = ", ".join(f"{k} {facts[k]}" for k in ("torch", "jax", "flax")
-                             if facts.get(k))
+        rates = cal[(cal["machine"] == name) & (cal["dtype"] == "float32")]["peak_gflops"]
         rows.append({"machine": name, "cpu": info.get("cpu", ""),
-                     "cores": info.get("num_cpu", ""), "ram": info.get("ram", ""),
-                     "os": info.get("os", ""), "gpu": gpu, "frameworks": versions,
-                     "float32 matmul": facts.get("float32_matmul", ""),
+                     "cores": info.get("num_cpu", ""), "RAM": size_text(info.get("ram")),
+                     "os": info.get("os", ""), "gpu": _gpu(facts),
+                     "frameworks": _versions(info),
+                     "float32 matmul (GFLOP/s, calibrated)": rates.max() if rates.notna().any()
+                     else "",
+                     "float32 matmul precision": facts.get("float32_matmul", ""),
                      "commits": mine["commit"].nunique(),
-                     "environments": ", ".join(sorted(mine["env_name"].dropna().unique())),
-                     "newest result": str(mine["date"].max()) if len(mine) else ""})
+                     "newest run": date_text(mine["started"].max()) if len(mine) else "",
+                     "environments": ", ".join(sorted(mine["env_name"].dropna().unique()))})
+    table = pd.DataFrame(rows)
+    empty = [c for c in table.columns if (table[c].astype(str) == "").all()]
     section = Section("", "", tables=[Table("machines", "Machines in the results",
-                                            pd.DataFrame(rows))])
-    cal = ctx.calibration
+                                            table.drop(columns=empty))])
     if cal.empty:
         section.text.append("No calibration benchmark results: the matmul peak and memory "
                             "bandwidth below are unknown, so fractions of peak are left out.")
@@ -82,54 +104,86 @@ def _device_columns(row: dict, device: pd.Series) -> dict:
     return {"device (ms)": seconds * 1e3, "host overhead (ms)": row["time_ms"] - seconds * 1e3}
 
 
+def _sweep_row(key: dict, group: pd.DataFrame, exercise: bool) -> dict:
+    slow = group.loc[group["value"].idxmax()]
+    fast = group.loc[group["value"].idxmin()]
+    ends = group.sort_values("heads")
+    return {"machine": key["machine"], "framework": key["framework"],
+            "backend": key["backend"], "device": key["device"], "dtype": key["dtype"],
+            "mode": key["mode"], "shape": shape(key), "Exercise 6.4 sweep": exercise,
+            "h range": f"{group['heads'].min()}-{group['heads'].max()}",
+            "at smallest h (ms)": ends["time_ms"].iloc[0],
+            "at largest h (ms)": ends["time_ms"].iloc[-1],
+            "fastest h": int(fast["heads"]), "slowest h": int(slow["heads"]),
+            "slowest/fastest": slow["value"] / fast["value"]}
+
+
+def _exercise_text(summary: pd.DataFrame) -> list[str]:
+    """Per machine, device and dtype: the chapter's layout's ratio in each framework, and
+    the fastest backend at the largest h (where the head count costs the most)."""
+    out = []
+    for (machine, device, dtype, shape_), g in summary.groupby(
+            ["machine", "device", "dtype", "shape"], sort=False):
+        batched = g[g["backend"] == "batched"]
+        layout = ", ".join(f"{r['slowest/fastest']:.1f}x in "
+                           f"{FRAMEWORK_NAMES.get(r['framework'], r['framework'])}"
+                           for r in batched.to_dict("records"))
+        top = g.loc[g["at largest h (ms)"].idxmin()]
+        out.append(f"{machine} ({device}, {dtype}, {shape_}, h {g['h range'].iloc[0]}): "
+                   + (f"the chapter's layout (batched), slowest/fastest over h: {layout}; "
+                      if layout else "")
+                   + f"at h={g['h range'].iloc[0].split('-')[-1]} the fastest is "
+                   f"{top['framework']}/{top['backend']} ({top['at largest h (ms)']:.3g} ms, "
+                   f"{top['slowest/fastest']:.1f}x over its sweep).")
+    return out
+
+
 def exercise_section(ctx: Context) -> Section:
     sweeps = head_sweeps(ctx.timings)
     if not sweeps:
         return Section("", "", absent="No head sweep (one config at several h) in the results.")
-    summary, detail, chapter = [], [], []
-    ran = kernel_table(ctx.results.frame).set_index(["machine", "config_id"])["kernel"]
+    main = exercise_sweeps(sweeps)
+    chosen = {sweep_id(k) for k, _ in main}
+    summary, detail = [], []
+    ran = (ctx.kernels if ctx.kernels is not None else pd.DataFrame(
+        columns=["machine", "config_id", "kernel"])).set_index(["machine", "config_id"])["kernel"]
     compiles = track_values(ctx.results.frame, "track_compile_seconds")
     device = track_values(ctx.results.frame, "track_device_seconds")
     times = ctx.timings.set_index(["machine", "config_id"])["value"]
     for key, group in sweeps:
-        chapter.append(is_chapter(key))
+        summary.append(_sweep_row(key, group, sweep_id(key) in chosen))
         best = group["value"].min()
-        slow = group.loc[group["value"].idxmax()]
-        fast = group.loc[group["value"].idxmin()]
-        summary.append({"machine": key["machine"], "framework": key["framework"],
-                        "backend": key["backend"], "device": key["device"],
-                        "mode": key["mode"], "shape": shape(key),
-                        "h range": f"{group['heads'].min()}-{group['heads'].max()}",
-                        "fastest h": int(fast["heads"]), "fastest (ms)": fast["time_ms"],
-                        "slowest h": int(slow["heads"]), "slowest (ms)": slow["time_ms"],
-                        "slowest/fastest": slow["value"] / fast["value"]})
         for r in group.to_dict("records"):
             detail.append({"machine": key["machine"], "framework": key["framework"],
-                           "backend": key["backend"], "mode": key["mode"],
-                           "shape": shape(key), "h": r["heads"], "p = d/h": r["d"] // r["heads"],
+                           "backend": key["backend"], "dtype": key["dtype"],
+                           "mode": key["mode"], "shape": shape(key), "h": r["heads"],
+                           "p = d/h": r["d"] // r["heads"],
                            "kernel": ran.get((r["machine"], r["config_id"]), ""),
                            "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best,
                            **_compile_columns(r, compiles, times),
                            **_device_columns(r, device)})
     summary = pd.DataFrame(summary)
+    ex = summary[summary["Exercise 6.4 sweep"]].sort_values(
+        ["machine", "dtype", "at largest h (ms)"]).drop(columns=["Exercise 6.4 sweep", "mode"])
     section = Section("", "", tables=[
-        Table("ratios", "Slowest over fastest head count per sweep", summary),
+        *([Table("summary", "The Exercise 6.4 sweep on each machine: time at the smallest "
+                 "and largest h, fastest at the largest h first", ex)] if len(ex) else []),
+        Table("ratios", "Slowest over fastest head count, every head sweep", summary,
+              detail=True),
         Table("sweeps", "Time per head count, relative to the sweep's best h",
-              pd.DataFrame(detail))])
-    # The chapter's shape (batch 8, n 512, d 256, forward), keyed on the sweep's fields.
-    chapter = summary[chapter]
-    shown = chapter if len(chapter) else summary
+              pd.DataFrame(detail), detail=True)])
     section.text.append(
-        "Exercise 6.4 asks whether h is free at fixed d. Slowest/fastest ratio per framework "
-        "and backend" + (" (the chapter's d=256, n=512, batch 8)" if len(chapter) else "")
-        + ": " + "; ".join(f"{r['framework']}/{r['backend']} {r['slowest/fastest']:.2f}x "
-                           f"(h={r['fastest h']} fastest, h={r['slowest h']} slowest)"
-                           for r in shown.to_dict("records")) + ".")
-    section.plots = sweep_plots(sweeps, "time (ms)", lambda g: g["time_ms"].tolist(),
-                                 "Time per forward pass against h")
+        "Exercise 6.4 asks whether h is free at fixed d: at fixed d the FLOP model does not "
+        "change with h, while the score elements b*h*n*m grow with it. The sweep shown is "
+        "the chapter's (batch 8, n 512, d 256, forward) where it was timed, else the "
+        "forward sweep over the most head counts.")
+    section.text += _exercise_text(ex) if len(ex) else [
+        f"No sweep over {MIN_SWEEP} or more head counts: too few h for a trend."]
+    section.plots = sweep_plots(main, "time (ms)", lambda g: g["time_ms"].tolist(),
+                                "Time per forward pass against h")
     measured = [(key, group.assign(host_ms=[_device_columns(r, device)["host overhead (ms)"]
                                             for r in group.to_dict("records")]))
-                for key, group in sweeps if not device.empty]
+                for key, group in main if not device.empty]
     measured = [(k, g[g["host_ms"] != ""]) for k, g in measured]
     measured = [(k, g) for k, g in measured if g["heads"].nunique() >= 2]
     if measured:
@@ -151,33 +205,38 @@ def model_section(ctx: Context) -> Section:
         "model (GFLOP)": flops / 1e9, "achieved (GFLOP/s)": achieved,
         "% of matmul peak": 100 * achieved / peak,
         "measured/predicted at peak": t["value"] / (flops / (peak * 1e9))})
-    section = Section("", "", tables=[Table("cells", "Each timed cell against the FLOP model "
-                                            "(flops_model = 8nd^2 + 4n^2 d for self-attention MHA)",
-                                            table.reset_index(drop=True))])
-    by = table.assign(framework=t["framework"], backend=t["backend"]).groupby(
-        ["framework", "backend"])
+    by = table.assign(device=t["device"], framework=t["framework"],
+                      backend=t["backend"]).groupby(["machine", "device", "framework",
+                                                     "backend"])
     summary = by.agg(**{"cells": ("config", "size"),
                         "median GFLOP/s": ("achieved (GFLOP/s)", "median"),
                         "median % of peak": ("% of matmul peak", "median"),
                         "worst measured/predicted": ("measured/predicted at peak", "max")})
-    section.tables.insert(0, Table("summary", "Achieved rate per framework and backend",
-                                   summary.reset_index()))
+    section = Section("", "", tables=[
+        Table("summary", "Achieved rate per machine, framework and backend",
+              summary.reset_index()),
+        Table("cells", "Each timed cell against the FLOP model (flops_model = 8nd^2 + 4n^2 d "
+              "for self-attention MHA)", table.reset_index(drop=True), detail=True)])
     if peak.notna().any():
+        best = summary["median % of peak"].dropna()
         section.text.append(
             "The plain FLOP model predicts flops_model / matmul peak, so measured/predicted is "
-            "the inverse of the fraction of peak reached. Median fraction of the matmul peak: "
-            + "; ".join(f"{fw}/{be} {r['median % of peak']:.0f}%" for (fw, be), r
-                        in summary.iterrows()) + ".")
+            "the inverse of the fraction of peak reached."
+            + (f" The highest median fraction of the matmul peak: {best.max():.0f}% "
+               f"({'/'.join(best.idxmax()[2:])} on {best.idxmax()[0]}); the lowest "
+               f"{best.min():.0f}% ({'/'.join(best.idxmin()[2:])})." if len(best) else ""))
     else:
         section.text.append("No calibrated matmul peak, so only achieved GFLOP/s is shown.")
-    pts: dict[str, tuple[list[float], list[float]]] = {}
-    for (fw, be), g in t.groupby(["framework", "backend"]):
-        p = peaks(ctx, g)
-        if p.notna().any():
-            pts[f"{fw}/{be}"] = ((g["flops_model"].astype(float) / (p * 1e9) * 1e3).tolist(),
-                                 g["time_ms"].tolist())
-    if pts:
-        section.plots.append(Plot("Measured time against the FLOP model at the matmul peak",
-                                  "FLOP model at peak (ms)", "measured (ms)", pts, logx=True,
-                                  logy=True, style="scatter", diagonal=True))
+    for machine, m in t.groupby("machine"):
+        pts: dict[str, tuple[list[float], list[float]]] = {}
+        for (fw, be), g in m.groupby(["framework", "backend"]):
+            p = peaks(ctx, g)
+            if p.notna().any():
+                pts[f"{fw}/{be}"] = ((g["flops_model"].astype(float) / (p * 1e9) * 1e3).tolist(),
+                                     g["time_ms"].tolist())
+        if pts:
+            section.plots.append(Plot(f"Measured time against the FLOP model at the matmul "
+                                      f"peak: {machine}", "FLOP model at peak (ms)",
+                                      "measured (ms)", pts, logx=True, logy=True,
+                                      style="scatter", diagonal=True))
     return section

@@ -7,17 +7,21 @@ as plain text, so every number in the HTML is also in the Markdown and CSV expor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
 
 @dataclass
 class Table:
-    """A table with units in its column names; ``name`` names its CSV file."""
+    """A table with units in its column names; ``name`` names its CSV file. A ``detail``
+    table (one row per cell) is collapsed in the HTML and only linked from the Markdown;
+    the others are a section's summary."""
 
     name: str
     title: str
     frame: pd.DataFrame
+    detail: bool = False
 
 
 @dataclass
@@ -29,7 +33,8 @@ class Plot:
     them). ``diagonal`` draws y = x. ``dots`` are extra (x, y) points drawn small and
     faint (e.g. every sample behind a median line), ``xticks`` labels x = 0, 1, ...
     (e.g. commit hashes), ``marks`` draws a dashed vertical line at each x, and ``small``
-    makes a thumbnail-sized figure.
+    makes a thumbnail-sized figure. ``styles`` gives each series its (colour, marker),
+    filled from the report's palette (:mod:`mhabench.report.palette`) before rendering.
     """
 
     title: str
@@ -45,6 +50,17 @@ class Plot:
     xticks: list[str] | None = None
     marks: list[float] = field(default_factory=list)
     small: bool = False
+    styles: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class Finding:
+    """One answer of the findings section: the question, the section holding its evidence
+    (an id) and one line per machine (machine name -> text; absent: no data there)."""
+
+    question: str
+    target: str
+    answers: dict[str, str]
 
 
 @dataclass
@@ -55,6 +71,9 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
     absent: str | None = None  # one line saying which data is missing, instead of content
+    findings: list[Finding] = field(default_factory=list)  # the findings section's rows
+    # what a builder computed that the findings read (not rendered): e.g. the verdicts
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,254 @@
+"""The report answers first: the findings computed from the results and linked to their
+evidence, per-cell tables collapsed, plots whose lines a reader can tell apart, the b*h*n*m
+term named for what each kernel does, human units, kernel changes beside time steps."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures.synthetic_asv import BENCH, synthetic_time, write_results
+
+from mhabench.analysis.results import load_results
+from mhabench.core.backends import BUILTIN
+from mhabench.core.kernels import KERNEL_CODES, SCORE_TERMS
+from mhabench.report.build import SECTION_IDS, build_report, write_report
+from mhabench.report.formatting import size_text
+from mhabench.report.html import MAX_OPEN_ROWS
+from mhabench.report.palette import Palette, clashes
+from mhabench.report.plots import MAX_LINES, panels, plot_png
+from mhabench.report.types import Plot, Report, Section
+from mhabench.suite.merge import merge
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QUIET = {"log": lambda m: None}
+
+
+def sections_of(report: Report) -> dict[str, Section]:
+    return {s.id: s for s in report.sections}
+
+
+def frame_of(section: Section, name: str) -> pd.DataFrame:
+    return next(t.frame for t in section.tables if t.name == name)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real CPU fixture and the H200 fixture in one results folder."""
+    root = tmp_path_factory.mktemp("both") / "results"
+    shutil.copytree(FIXTURES / "asv_results", root)
+    merge(FIXTURES / "gpu_results", root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def both_report(both: Path) -> Report:
+    return build_report(load_results(both), **QUIET)
+
+
+# ----- palette and plots ------------------------------------------------------------------
+def test_palette_gives_each_backend_its_colour_and_each_framework_its_marker() -> None:
+    palette = Palette(["plain", "zeta"])
+    colours = [palette.backend("torch", b).colour for b in (*BUILTIN, "plain", "zeta")]
+    assert len(set(colours)) == len(colours)  # plug-ins take the next free colours
+    assert palette.backend("torch", "batched").marker != palette.backend("jax",
+                                                                         "batched").marker
+    # the same backend keeps its colour in every plot of the report
+    one = Plot("a", "x", "y", {"torch/fused": ([1], [1]), "jax/batched": ([1], [1])})
+    two = Plot("b", "x", "y", {"jax/batched": ([1], [1])})
+    assert palette.styles(one)["jax/batched"] == palette.styles(two)["jax/batched"]
+    every = Plot("all", "x", "y", {f"{fw}/{b}": ([1], [1]) for fw in ("torch", "jax")
+                                   for b in (*BUILTIN, "plain")})
+    assert clashes(palette.styles(every)) == []
+    # the check itself finds two series drawn alike
+    assert clashes({"a": ("#000", "o"), "b": ("#000", "o")}) == [("a", "b")]
+
+
+def test_a_plot_of_many_lines_gets_one_panel_per_framework() -> None:
+    series = {f"{fw}/{b}": ([1.0, 2.0, 4.0], [1.0, 2.0, 3.0]) for fw in ("torch", "jax")
+              for b in BUILTIN[:4]}
+    assert len(series) > MAX_LINES
+    plot = Plot("many", "heads h", "ms", series, logx=True, logy=True)
+    split = panels(plot)
+    assert [name for name, _ in split] == ["PyTorch", "JAX"]
+    assert sorted(label for _, labels in split for label in labels) == sorted(series)
+    few = Plot("few", "heads h", "ms", dict(list(series.items())[:MAX_LINES]))
+    assert len(panels(few)) == 1
+    from PIL import Image
+
+    plot.styles = dict(Palette().styles(plot))
+    image = Image.open(io.BytesIO(plot_png(plot)))
+    assert image.width > Image.open(io.BytesIO(plot_png(few))).width  # two panels wide
+
+
+def test_no_plot_of_the_report_draws_two_lines_alike(both_report: Report) -> None:
+    plots = [p for s in both_report.sections for p in s.plots]
+    assert plots
+    for plot in plots:
+        assert set(plot.styles) == set(plot.series), plot.title
+        assert clashes(plot.styles) == [], plot.title
+        if plot.style == "line":  # a line joins its points left to right
+            assert all(x == sorted(x) for x, _ in plot.series.values()), plot.title
+
+
+def test_the_compact_png_keeps_every_lines_colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from mhabench.report import plots
+
+    series = {f"torch/{b}": ([1.0, 2.0, 4.0], [1.0 + i, 2.0 + i, 3.0 + i])
+              for i, b in enumerate(BUILTIN)}
+    plot = Plot("colours", "heads h", "ms", series, style="scatter")
+    plot.styles = dict(Palette().styles(plot))
+    compact = Image.open(io.BytesIO(plot_png(plot)))
+    monkeypatch.setattr(plots, "_compact", lambda png: png)
+    raw = Image.open(io.BytesIO(plot_png(plot))).convert("RGB")
+    assert compact.mode == "P"  # palette PNG: the report's size
+    error = np.abs(np.asarray(raw, int) - np.asarray(compact.convert("RGB"), int))
+    assert error.max() <= 8
+
+
+def test_exercise_plot_is_the_chapters_sweep_of_at_least_three_head_counts(
+        tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r")  # b 2 and 8, n 128-512, d 64 and 256, h 1-64
+    exercise = sections_of(build_report(load_results(root), **QUIET))["exercise-6-4"]
+    assert len(exercise.plots) == 1 and "b8 n512 m512 d256" in exercise.plots[0].title
+    summary = frame_of(exercise, "summary")
+    assert set(summary["shape"]) == {"b8 n512 m512 d256"}
+    two = write_results(tmp_path / "two", params=[["torch"], ["batched"], [8], [512], [256],
+                                                  [8, 16], ["cpu"], ["float32"], ["forward"]])
+    exercise = sections_of(build_report(load_results(two), **QUIET))["exercise-6-4"]
+    assert exercise.plots == []  # two head counts are a comparison, not a sweep
+
+
+# ----- findings ---------------------------------------------------------------------------
+def test_findings_come_first_computed_from_the_results(tmp_path: Path) -> None:
+    slow = {}
+    for factor in (1.0, 3.0):  # the h=64 cells 3x slower: the finding's ratio moves with it
+        root = write_results(tmp_path / f"r{factor}", time_of=lambda c, i, f=factor: (
+            synthetic_time(c) * (f if c.heads == 64 else 1.0)))
+        report = build_report(load_results(root), **QUIET)
+        assert report.sections[0].id == "findings" == SECTION_IDS[0]
+        findings = report.sections[0].findings
+        assert {f.target for f in findings} <= {*SECTION_IDS, "warnings"}
+        summary = frame_of(sections_of(report)["exercise-6-4"], "summary")
+        ratio = summary[summary["backend"] == "batched"]["slowest/fastest"].iloc[0]
+        text = findings[0].answers["synth (CPU, 2 cores)"]
+        assert f"{ratio:.1f}x (PyTorch)" in text
+        slow[factor] = ratio
+    assert slow[3.0] > 2 * slow[1.0]
+
+
+def test_findings_name_each_machine_beside_the_other(both_report: Report) -> None:
+    findings = both_report.sections[0].findings
+    columns = list(findings[0].answers)
+    assert columns == ["fixture-machine (CPU)", "h200 (NVIDIA H200)"]
+    by = {f.question: f.answers for f in findings}
+    exercise = by["Exercise 6.4: is h free at fixed d?"]
+    assert exercise["fixture-machine (CPU)"].startswith("b2 n32 m32 d32 float32, h 1-16")
+    assert exercise["h200 (NVIDIA H200)"].startswith("b2 n512 m512 d256 float32")  # its own
+    assert by["Regressions since the previous commit"]["fixture-machine (CPU)"].startswith(
+        "one commit measured")
+    # every answer is a computed line, or says that nothing was measured
+    assert all(a == "not measured" or re.search(r"\d", a) for f in findings
+               for a in f.answers.values())
+
+
+# ----- sections: summaries first, per-cell tables collapsed -------------------------------
+def test_per_cell_tables_are_collapsed_and_linked_from_the_markdown(both_report: Report,
+                                                                    tmp_path: Path) -> None:
+    report = both_report
+    paths = write_report(report, tmp_path / "r.html")
+    text = paths["html"].read_text()
+    # the findings come before the contents, and each links to an element of the page
+    ids = set(re.findall(r'id="([^"]+)"', text))
+    targets = re.findall(r'<tr><th><a href="#([^"]+)">', text)
+    assert targets and set(targets) <= ids
+    assert text.index('id="findings"') < text.index("<nav>")
+    details = re.findall(r"<details><summary>(.*?)</summary>", text)
+    tables = [t for s in report.sections for t in s.tables]
+    detail_tables = [t for t in tables if t.detail or len(t.frame) > MAX_OPEN_ROWS]
+    assert len(details) == len(detail_tables) > 5
+    assert any(t.title == "Each timed cell against the FLOP model (flops_model = 8nd^2 + "
+               "4n^2 d for self-attention MHA)" for t in detail_tables)
+    open_tables = [t for t in tables if all(t is not d for d in detail_tables)]
+    assert open_tables and all(len(t.frame) <= MAX_OPEN_ROWS for t in open_tables)
+    markdown = paths["markdown"].read_text()
+    links = re.findall(r"\]\((r_tables/[^)]+\.csv)\)", markdown)
+    assert len(links) == len(detail_tables)
+    assert all((tmp_path / link).is_file() for link in links)
+    # a per-cell table is a link in the Markdown, a summary table is there in full
+    assert all(f"**{t.title}**" not in markdown for t in detail_tables)
+    assert all(f"**{t.title}**" in markdown for t in open_tables)
+    assert markdown.index("## Findings") < markdown.index("## Machine and calibration")
+
+
+def test_machine_table_in_human_units(both_report: Report) -> None:
+    machines = frame_of(sections_of(both_report)["machine"], "machines").set_index("machine")
+    h200 = machines.loc["h200"]
+    assert h200["gpu"].startswith("NVIDIA H200, 140 GiB, driver 580")
+    assert h200["frameworks"] == "torch 2.11.0+cu130, jax 0.11.2, flax 0.12.10"
+    assert machines.loc["fixture-machine", "frameworks"].startswith("torch 2.13.0, jax 0.10.2")
+    assert float(h200["float32 matmul (GFLOP/s, calibrated)"]) > 1000
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", h200["newest run"])
+    assert size_text(25275990016) == "23.5 GiB" and size_text("24GB") == "24GB"
+
+
+def test_map_term_is_named_for_what_the_kernel_does(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r", params=[["jax"], ["blockwise", "batched"], [2, 8],
+                                                 [128, 256, 512], [64, 256], [1, 4, 16, 64],
+                                                 ["cpu"], ["float32"], ["forward"]])
+    section = sections_of(build_report(load_results(root), **QUIET))["per-head-decomposition"]
+    terms = frame_of(section, "decomposition").groupby("backend")["b*h*n*m term"].unique()
+    assert list(terms["blockwise"]) == [SCORE_TERMS[False]]
+    assert list(terms["batched"]) == [SCORE_TERMS[True]]
+    verdicts = {line.split(":", 1)[0]: line for line in section.text if line.startswith("jax/")}
+    assert "map written" not in verdicts["jax/blockwise"]
+    labels = {p.title.split(":")[1].split()[1]: list(p.series) for p in section.plots}
+    assert f"{SCORE_TERMS[False]} (b*h*n*m)" in labels["jax/blockwise"]
+
+
+def test_missing_cells_are_counted_as_skipped_or_failed(tmp_path: Path) -> None:
+    root = write_results(tmp_path / "r")
+    path = next((root / "synth").glob("aaaaaaaa-*.json"))
+    data = json.loads(path.read_text())
+    data["results"][BENCH][0][:3] = [None, float("nan"), float("nan")]
+    path.write_text(json.dumps(data))
+    results = load_results(root)
+    kinds = [m[4] for m in results.missing]
+    assert kinds.count("failed") == 1 and kinds.count("skipped") >= 2
+    report = build_report(results, **QUIET)
+    line = report.sections[0].findings[-1].answers["synth (CPU, 2 cores)"]
+    assert f"{kinds.count('skipped')} skipped" in line and "1 failed" in line
+
+
+# ----- kernel changes beside the time change ----------------------------------------------
+def test_regressions_name_the_kernel_change_beside_the_time_step(tmp_path: Path) -> None:
+    flash, math_ = KERNEL_CODES["flash"], KERNEL_CODES["math"]
+    late = 4  # from the fifth commit on, the h=64 cells run math and 1.6x slower
+
+    def moved(config, i: int) -> bool:
+        return i >= late and config.heads == 64
+
+    root = write_results(
+        tmp_path / "r", params=[["torch"], ["fused"], [8], [256, 512], [256], [8, 16, 64],
+                                ["cpu"], ["float32"], ["forward"]],
+        commits=[f"{c}" * 40 for c in "abcdefgh"], noise=0.02, samples=5,
+        time_of=lambda c, i: synthetic_time(c) * (1.6 if moved(c, i) else 1.0),
+        kernel_of=lambda c, i: math_ if moved(c, i) else flash)
+    report = build_report(load_results(root), **QUIET)
+    section = sections_of(report)["regressions"]
+    steps = frame_of(section, "steps")
+    at_step = steps[steps["step at commit"] == "e" * 8]
+    assert len(at_step) and (at_step["kernel"] == "flash → math").all()
+    assert (steps[steps["step at commit"] != "e" * 8]["kernel"] == "").all()
+    changes = frame_of(section, "kernel-changes")
+    assert set(changes["kernel"]) == {"flash → math"} and len(changes) == 2
+    assert changes["after/before"].to_numpy() == pytest.approx(1.6, rel=0.1)
+    assert any("flash → math" in line for line in section.text)
