@@ -270,6 +270,7 @@ def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
     try:
         env = {**cluster.env, **asv_home, "MHABENCH_BACKENDS": "plain_attention",
                "ASV_PYTHONPATH": str(EXAMPLES), "MHABENCH_GRID": "tiny"}
+        cluster.env = env  # sbatch passes the submitter's environment to the tasks
         plan = tmp_path / "plan.json"
         done = mhabench("shard", "plan", "--grid", "tiny", "--shards", "2", "--machine",
                         "pytest-machine", "--bench", SLURM_CELLS, "--out", str(plan), env=env)
@@ -297,7 +298,8 @@ def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
         again = cluster.run("sbatch", "--parsable", "--array=1", str(tmp_path / "array.sbatch"))
         assert again.returncode == 0, again.stderr
         states = cluster.wait_idle(again.stdout.strip(), 900)
-        assert set(states.values()) == {"COMPLETED"}, states
+        assert set(states.values()) == {"COMPLETED"}, (
+            states, *(p.read_text()[-3000:] for p in logs.glob(f"shard-{again.stdout.strip()}-*")))
         merge_job = cluster.run("sbatch", "--parsable", str(tmp_path / "array-merge.sbatch"))
         states = cluster.wait_idle(merge_job.stdout.strip(), 600)
         assert set(states.values()) == {"COMPLETED"}, (

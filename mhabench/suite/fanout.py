@@ -56,6 +56,8 @@ def fanin_script(plan: Plan, plan_path: Path, repo: Path, logs: Path, python: st
             f"{_cli(python)} merge --plan {shlex.quote(str(plan_path))} "
             f"--into {shlex.quote(str(results))} {shards}\n"
             f"{shlex.quote(python)} -m asv publish --config {shlex.quote(str(publish))}\n"
+            "# plug-ins the shards loaded through ASV_PYTHONPATH, for the report too\n"
+            'export PYTHONPATH="${ASV_PYTHONPATH:+$ASV_PYTHONPATH:}${PYTHONPATH:-}"\n'
             f"{_cli(python)} report --results {shlex.quote(str(results))} --out \"{report}\"\n")
 
 
