@@ -167,10 +167,11 @@ def cell_seconds(cell: Cell, step: float, device: str) -> float:
     return max(int(cell.rounds), 1) * (start + float(cell.warmup_time) + samples)
 
 
-def recorded_durations(results: Path, machine: str) -> dict[str, tuple[float, int]]:
-    """benchmark -> (asv's recorded duration, cells it ran) from the newest results file
-    of ``machine`` holding it."""
-    out: dict[str, tuple[float, int, float]] = {}
+def recorded_durations(results: Path, machine: str
+                       ) -> dict[str, tuple[float, list[list[str]]]]:
+    """benchmark -> (asv's recorded duration, the parameter grid it ran) from the newest
+    results file of ``machine`` holding it."""
+    out: dict[str, tuple[float, list[list[str]], float]] = {}
     for path in sorted((Path(results) / machine).glob("*.json")):
         if path.name == "machine.json":
             continue
@@ -181,10 +182,8 @@ def recorded_durations(results: Path, machine: str) -> dict[str, tuple[float, in
             continue
         for name, values in data.get("results", {}).items():
             row = dict(zip(columns, values, strict=False))
-            result = row.get("result")
-            ran = sum(v is not None for v in result) if isinstance(result, list) else 1
-            if row.get("duration") and ran and (name not in out or out[name][2] <= date):
-                out[name] = (float(row["duration"]), ran, date)
+            if row.get("duration") and (name not in out or out[name][2] <= date):
+                out[name] = (float(row["duration"]), row.get("params") or [], date)
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
@@ -235,12 +234,13 @@ def make_plan(repo: Path, grid: str, shards: int, devices: str, machine: str,
             by_bench.setdefault(c.benchmark, []).append(c)
         scaled = 0
         for name, members in by_bench.items():
-            if name in durations:  # the recorded total, split as predicted
-                total, ran = durations[name]
-                per_cell = total / ran
-                predicted = sum(seconds[c.name] for c in members) / len(members)
+            grid_now = [set(v) for v in zip(*(c.values for c in members), strict=True)]
+            if name in durations and [set(p) for p in durations[name][1]] == grid_now:
+                # the same benchmark over the same grid ran before: its recorded total,
+                # split over its cells as predicted (another grid's total says nothing)
+                factor = durations[name][0] / sum(seconds[c.name] for c in members)
                 for c in members:
-                    seconds[c.name] *= per_cell / predicted
+                    seconds[c.name] *= factor
                 scaled += len(members)
         if scaled:
             source += f"; scaled to recorded asv durations ({scaled} cells)"
