@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker turns the marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``--dist loadgroup``) each file's tests run on one
     worker, so its module fixtures (a tensorboard server, a built site) are made once; the

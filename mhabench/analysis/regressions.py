@@ -334,7 +334,14 @@ def regressions(histories_: Sequence[History], threshold: float,
                     # scatter may hide the step: the evidence is the group's)
                     if step.ratio > 1 and (old is None or RANK[step.verdict] >= RANK[
                             old.verdict]):
-                        cell_steps.setdefault(i, {})[seg_a[0]] = step
+                        mine = cell_steps.setdefault(i, {})
+                        mine[seg_a[0]] = step
+                        # its own fit may have put the same change a commit early or
+                        # late (its scatter): the group's commit is the better place
+                        for k in (seg_a[0] - 1, seg_a[0] + 1):
+                            near = mine.get(k)
+                            if near is not None and near.ratio > 1 and near.confirmation is None:
+                                del mine[k]
         verdicts.steps += [step for i in sorted(cell_steps)
                            for _, step in sorted(cell_steps[i].items())]
     return verdicts
