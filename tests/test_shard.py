@@ -70,7 +70,7 @@ def test_the_full_grid_plans_into_balanced_shards(tmp_path: Path) -> None:
     calibration): 8 shards within 1.10x, one line printed, every cell once."""
     out = tmp_path / "plan.json"
     done = mhabench("shard", "plan", "--grid", "full", "--shards", "8", "--machine",
-                    "ci-box", "--results", str(FIXTURE), "--out", str(out))
+                    "fixture-machine", "--results", str(FIXTURE), "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(done.stdout.strip().splitlines()) == 1, done.stdout
     # the fixture's asv durations are the tiny grid's: they do not scale the full grid's
@@ -83,7 +83,7 @@ def test_the_full_grid_plans_into_balanced_shards(tmp_path: Path) -> None:
     assert max(sizes) <= 1.10 * sum(sizes) / 8, sizes
     assert all(re.fullmatch(r"bench_\w+\.\w+\.\w+\(.*\)", c) for c in names)
     again = mhabench("shard", "plan", "--grid", "full", "--shards", "8", "--machine",
-                     "ci-box", "--results", str(FIXTURE), "--out", str(out))
+                     "fixture-machine", "--results", str(FIXTURE), "--out", str(out))
     assert again.returncode == 2 and "never overwritten" in again.stderr
 
 

@@ -330,14 +330,12 @@ def regressions(histories_: Sequence[History], threshold: float,
                                  {j: runs_at[k] for j, k in enumerate(index) if k in runs_at},
                                  found)
                     old = cell_steps.get(i, {}).get(seg_a[0])
-                    # a cell that moved the group's way takes its verdict (its own
-                    # scatter may hide the step: the evidence is the group's)
+                    # a cell that moved the group's way takes its verdict (its scatter
+                    # may hide the step, or put it a commit beside: the group's is better)
                     if step.ratio > 1 and (old is None or RANK[step.verdict] >= RANK[
                             old.verdict]):
                         mine = cell_steps.setdefault(i, {})
                         mine[seg_a[0]] = step
-                        # its own fit may have put the same change a commit early or
-                        # late (its scatter): the group's commit is the better place
                         for k in (seg_a[0] - 1, seg_a[0] + 1):
                             near = mine.get(k)
                             if near is not None and near.ratio > 1 and near.confirmation is None:
