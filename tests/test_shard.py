@@ -22,9 +22,9 @@ from conftest import EXAMPLES, ROOT
 
 from mhabench.suite.cells import Cell
 from mhabench.suite.fanout import ci_matrix, k8s_job
-from mhabench.suite.merge import MergeError, check_shards, merge
+from mhabench.suite.merge import MergeError, merge
 from mhabench.suite.shard import Plan, Shard, balance, cell_seconds, load_plan
-from mhabench.suite.shard_run import attempted, done_cells, finite_cells
+from mhabench.suite.shard_run import attempted, check_shards, done_cells, finite_cells
 
 FIXTURE = ROOT / "tests" / "fixtures" / "asv_results"
 SLURM_CELLS = r"^bench_(heads|decode)\."  # 148 tiny cells: 74 a shard, two chunks each

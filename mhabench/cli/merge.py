@@ -24,7 +24,8 @@ def add_command(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from mhabench.suite.merge import check_shards, merge
+    from mhabench.suite.merge import merge
+    from mhabench.suite.shard_run import check_shards
 
     if args.plan:
         check_shards(args.plan, [Path(s) for s in args.sources])

@@ -34,8 +34,9 @@ def add_command(sub: Any) -> None:
     run.add_argument("index", type=int, help="the shard to run (0-based)")
     run.add_argument("--folder", default=None, help="the shard's asv config and results "
                      "(default: PLAN-shard-INDEX beside the plan)")
-    run.add_argument("--python", default=None, help="'same': time in this interpreter's "
-                     "environment (asv --python=same) instead of asv's own")
+    run.add_argument("--python", default=None, choices=["same"],
+                     help="'same': time in this interpreter's environment (asv "
+                     "--python=same) instead of asv's own")
     run.add_argument("--quick", action="store_true",
                      help="asv --quick: one sample a cell (a smoke run, not for timing)")
     run.set_defaults(func=run_shard)
@@ -51,7 +52,8 @@ def add_command(sub: Any) -> None:
                        help="where the fan-in publishes asv's site (default .asv/html)")
     slurm.add_argument("--reports", default="reports",
                        help="where the fan-in writes its report (default reports)")
-    slurm.add_argument("--python", default=None, help="passed to each shard run ('same')")
+    slurm.add_argument("--python", default=None, choices=["same"],
+                       help="passed to each shard run ('same')")
     slurm.add_argument("--quick", action="store_true", help="passed to each shard run")
     slurm.add_argument("--k8s", default=None, metavar="FILE",
                        help="also write a Kubernetes Indexed Job manifest (JSON)")
@@ -83,8 +85,6 @@ def run_shard(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
     from mhabench.suite.shard_run import run_shard as run
 
-    if args.python not in (None, "same"):
-        raise ValueError(f"--python {args.python!r} is not allowed; 'same' or leave it out")
     try:
         results = run(Path(args.plan), args.index, folder=args.folder, python=args.python,
                       asv_args=["--quick"] if args.quick else [],
@@ -99,8 +99,6 @@ def run_slurm(args: argparse.Namespace) -> int:
     from mhabench.suite.fanout import ci_matrix, k8s_job, submit, write_json, write_slurm
     from mhabench.suite.shard import load_plan
 
-    if args.python not in (None, "same"):
-        raise ValueError(f"--python {args.python!r} is not allowed; 'same' or leave it out")
     plan = load_plan(args.plan)
     run_args = " ".join([*(["--python same"] if args.python else []),
                          *(["--quick"] if args.quick else [])])

@@ -66,20 +66,24 @@ def _is_cell_column(column: str) -> bool:
     return column in PER_CELL or column.startswith("stats_")
 
 
-def _rows(data: dict) -> dict[str, dict]:
+def result_rows(data: dict) -> dict[str, dict]:
+    """An asv results file's rows: benchmark -> {column: value} (trailing columns asv
+    dropped read as missing)."""
     columns = data["result_columns"]
     return {name: dict(zip(columns, values, strict=False))
             for name, values in data.get("results", {}).items()}
 
 
-def _cells(name: str, row: dict) -> list[str]:
+def cell_names(name: str, row: dict) -> list[str]:
+    """A row's cells as asv names them (``name(repr, ...)``), in its values' order."""
     params = row.get("params") or []
     if not params:
         return [name]
     return [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
 
 
-def _measured(value: object) -> bool:
+def measured(value: object) -> bool:
+    """A number: neither failed (None) nor n/a (NaN)."""
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
@@ -97,7 +101,7 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
                              f"({ours.get(key)!r} != {theirs.get(key)!r}): not shards of "
                              "one run; nothing was merged")
     columns = ours["result_columns"]
-    mine, other = _rows(ours), _rows(theirs)
+    mine, other = result_rows(ours), result_rows(theirs)
     out = dict(mine)
     for name, row in other.items():
         if name not in mine:
@@ -108,7 +112,7 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
             if old.get(key) != row.get(key):
                 raise MergeError(f"{name} has another {key} in {ours_name} than in "
                                  f"{theirs_name}: not shards of one run; nothing was merged")
-        cells = _cells(name, old)
+        cells = cell_names(name, old)
         if not old.get("params"):  # one cell, scalar columns: whichever ran it
             if old.get("result") is not None and row.get("result") is not None and not (
                     _same_value(old["result"], row["result"])):
@@ -123,11 +127,11 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
         # did not select as n/a (NaN), so a number beats NaN, and NaN beats nothing.
         take_b = []
         for cell, x, y in zip(cells, ra, rb, strict=True):
-            if _measured(x) and _measured(y) and not _same_value(x, y):
+            if measured(x) and measured(y) and not _same_value(x, y):
                 raise MergeError(f"{cell} is in both {ours_name} and {theirs_name} with "
                                  "other values: a cell belongs to one shard; nothing was "
                                  "merged")
-            take_b.append((_measured(y) and not _measured(x)) or (x is None and y is not None))
+            take_b.append((measured(y) and not measured(x)) or (x is None and y is not None))
         for column in columns:
             if not _is_cell_column(column):
                 continue
@@ -152,9 +156,9 @@ def union_results(ours: dict, theirs: dict, ours_name: str, theirs_name: str) ->
 def _count(data: dict) -> int:
     """Measured cells (a number) in an asv results file."""
     count = 0
-    for row in _rows(data).values():
+    for row in result_rows(data).values():
         result = row.get("result")
-        count += sum(map(_measured, result)) if isinstance(result, list) else _measured(result)
+        count += sum(map(measured, result)) if isinstance(result, list) else measured(result)
     return count
 
 
@@ -241,48 +245,6 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
             done.append(f"{ours}: {len(added)} benchmark(s) added, "
                         f"{len(known)} kept")
     return done
-
-
-def check_shards(plan_path: str | Path, sources: list[Path]) -> None:
-    """Every cell of the plan ran in exactly one of ``sources`` (the shards' results
-    folders, each beside its shard's progress file), or a MergeError names the incomplete
-    shard or the two files that both measured a cell."""
-    from mhabench.suite.shard import expected_cells, load_plan
-    from mhabench.suite.shard_run import attempted, finite_cells
-
-    plan = load_plan(plan_path)
-    expected = expected_cells(plan)
-    where: dict[str, Path] = {}
-    ran: dict[int, set[str]] = {}
-    for source in sources:
-        if not (source / BENCHMARKS).is_file() or not any(
-                (source / plan.machine).glob(f"{plan.commit[:8]}-*.json")):
-            raise MergeError(f"{str(source)!r} holds no asv results of machine "
-                             f"{plan.machine!r} at {plan.commit[:8]}: a shard that has not "
-                             "run, or not a shard's results folder")
-        index, cells = attempted(source.parent)
-        if index is None:
-            raise MergeError(f"{str(source)!r} has no {source.parent / 'progress.json'}: "
-                             "not the results of `mhabench shard run`")
-        ran.setdefault(index, set()).update(cells)
-        for cell in finite_cells(source, plan.machine, plan.commit):
-            if cell in where:
-                raise MergeError(f"{cell} is in both {where[cell]} and {source}: a cell "
-                                 "belongs to one shard; nothing was merged")
-            where[cell] = source
-    missing: dict[int, list[str]] = {}
-    for cell, index in expected.items():
-        if cell not in ran.get(index, ()):
-            missing.setdefault(index, []).append(cell)
-    if missing:
-        parts = [f"shard {k}: {len(v)} of its cells not run (e.g. {v[0]})"
-                 for k, v in sorted(missing.items())]
-        raise MergeError("incomplete shards, nothing was merged: " + "; ".join(parts) +
-                         f" (run `mhabench shard run {plan_path} K` again)")
-    extra = sorted(set(where) - set(expected))
-    if extra:
-        raise MergeError(f"{len(extra)} cell(s) in the sources are not in the plan (e.g. "
-                         f"{extra[0]} in {where[extra[0]]}): not this plan's shards")
 
 
 def main(argv: list[str] | None = None) -> int:

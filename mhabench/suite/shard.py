@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mhabench.suite.cells import Cell, list_cells
+from mhabench.suite.merge import result_rows
 
 PLAN_VERSION = 1
 GRIDS = ("tiny", "quick", "full")
@@ -177,11 +178,10 @@ def recorded_durations(results: Path, machine: str
             continue
         try:
             data = json.loads(path.read_text())
-            columns, date = data["result_columns"], float(data.get("date") or 0)
+            rows, date = result_rows(data), float(data.get("date") or 0)
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
             continue
-        for name, values in data.get("results", {}).items():
-            row = dict(zip(columns, values, strict=False))
+        for name, row in rows.items():
             if row.get("duration") and (name not in out or out[name][2] <= date):
                 out[name] = (float(row["duration"]), row.get("params") or [], date)
     return {k: (v[0], v[1]) for k, v in out.items()}

@@ -9,9 +9,7 @@ restartable from it. A failed cell (no value) is run again.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 import re
 import subprocess
@@ -21,7 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mhabench.suite.asv_config import write_config
-from mhabench.suite.shard import CHUNK_CELLS, Plan, ShardError, head, load_plan, shard_folder
+from mhabench.suite.merge import BENCHMARKS, MergeError, cell_names, measured, result_rows
+from mhabench.suite.shard import (
+    CHUNK_CELLS,
+    Plan,
+    ShardError,
+    expected_cells,
+    head,
+    load_plan,
+    shard_folder,
+)
 
 
 def cell_values(results: Path, machine: str, commit: str) -> dict[str, float | None]:
@@ -33,15 +40,10 @@ def cell_values(results: Path, machine: str, commit: str) -> dict[str, float | N
         data = json.loads(path.read_text())
         if data.get("commit_hash") != commit:
             continue
-        for name, values in data.get("results", {}).items():
-            row = dict(zip(data["result_columns"], values, strict=False))
-            params, result = row.get("params") or [], row.get("result")
-            if not params:
-                out[name] = result
-                continue
-            combos = _product(params)
-            for combo, value in zip(combos, result or [None] * len(combos), strict=True):
-                out[f"{name}({', '.join(combo)})"] = value
+        for name, row in result_rows(data).items():
+            cells, result = cell_names(name, row), row.get("result")
+            values = result if isinstance(result, list) else [result] * len(cells)
+            out.update(zip(cells, values, strict=True))
     return out
 
 
@@ -54,8 +56,7 @@ def done_cells(results: Path, machine: str, commit: str) -> set[str]:
 
 def finite_cells(results: Path, machine: str, commit: str) -> set[str]:
     """Cells with a measured value."""
-    return {c for c, v in cell_values(results, machine, commit).items()
-            if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    return {c for c, v in cell_values(results, machine, commit).items() if measured(v)}
 
 
 PROGRESS = "progress.json"
@@ -80,14 +81,15 @@ def _record_progress(folder: Path, index: int, commit: str, cells: Sequence[str]
     partial.replace(path)
 
 
-def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
-    return list(itertools.product(*params))
+def _registry() -> Path:
+    """Where shard runs on this host register, by pid."""
+    return Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
 
 
 def _neighbours(index: int, plan: Plan) -> list[str]:
     """Other shard runs alive on this host that share its devices (registered under the
     temporary folder by pid); registers this one."""
-    registry = Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
+    registry = _registry()
     registry.mkdir(exist_ok=True)
     mine = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     found = []
@@ -106,8 +108,7 @@ def _neighbours(index: int, plan: Plan) -> list[str]:
 
 
 def _unregister() -> None:
-    registry = Path(tempfile.gettempdir()) / f"mhabench-shards-{os.getuid()}"
-    (registry / f"{os.getpid()}.json").unlink(missing_ok=True)
+    (_registry() / f"{os.getpid()}.json").unlink(missing_ok=True)
 
 
 def run_shard(plan_path: Path, index: int, *, repo: Path = Path("."),
@@ -167,3 +168,42 @@ def run_shard(plan_path: Path, index: int, *, repo: Path = Path("."),
         echo(f"shard {index}: {len(missing)} cell(s) have no result (failed): e.g. "
              f"{missing[0]}")
     return results
+
+
+def check_shards(plan_path: str | Path, sources: list[Path]) -> None:
+    """Every cell of the plan ran in exactly one of ``sources`` (the shards' results
+    folders, each beside its shard's progress file), or a MergeError names the incomplete
+    shard or the two files that both measured a cell."""
+    plan = load_plan(plan_path)
+    expected = expected_cells(plan)
+    where: dict[str, Path] = {}
+    ran: dict[int, set[str]] = {}
+    for source in sources:
+        if not (source / BENCHMARKS).is_file() or not any(
+                (source / plan.machine).glob(f"{plan.commit[:8]}-*.json")):
+            raise MergeError(f"{str(source)!r} holds no asv results of machine "
+                             f"{plan.machine!r} at {plan.commit[:8]}: a shard that has not "
+                             "run, or not a shard's results folder")
+        index, cells = attempted(source.parent)
+        if index is None:
+            raise MergeError(f"{str(source)!r} has no {source.parent / 'progress.json'}: "
+                             "not the results of `mhabench shard run`")
+        ran.setdefault(index, set()).update(cells)
+        for cell in finite_cells(source, plan.machine, plan.commit):
+            if cell in where:
+                raise MergeError(f"{cell} is in both {where[cell]} and {source}: a cell "
+                                 "belongs to one shard; nothing was merged")
+            where[cell] = source
+    missing: dict[int, list[str]] = {}
+    for cell, index in expected.items():
+        if cell not in ran.get(index, ()):
+            missing.setdefault(index, []).append(cell)
+    if missing:
+        parts = [f"shard {k}: {len(v)} of its cells not run (e.g. {v[0]})"
+                 for k, v in sorted(missing.items())]
+        raise MergeError("incomplete shards, nothing was merged: " + "; ".join(parts) +
+                         f" (run `mhabench shard run {plan_path} K` again)")
+    extra = sorted(set(where) - set(expected))
+    if extra:
+        raise MergeError(f"{len(extra)} cell(s) in the sources are not in the plan (e.g. "
+                         f"{extra[0]} in {where[extra[0]]}): not this plan's shards")
