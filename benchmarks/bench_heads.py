@@ -22,6 +22,7 @@ from .common import (
 class HeadsAtFixedWidth(AttentionBenchmark):
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]
+    records_rss = True  # the RSS cross-check beside the live peak (the report's memory section)
     params = [FRAMEWORKS, SWEEP_BACKENDS, [grid(tiny=2, quick=8, full=8)],
               [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
               grid(tiny=[1, 4, 16], quick=[1, 8, 64], full=list(HEAD_SWEEP)),
