@@ -196,3 +196,46 @@ def test_report_shows_the_kernel_per_fused_cell_and_the_memory_model() -> None:
     machines = next(t.frame for t in sections["machine"].tables if t.name == "machines")
     assert "NVIDIA H200" in machines.to_string()
 
+
+def test_report_sets_the_rss_reading_beside_the_live_peak(tmp_path: Path) -> None:
+    """The memory section's cross-check, on the real CPU fixture with an RSS reading added
+    beside every live peak: the same, plus 8 MiB in torch batched cells."""
+    import itertools
+    import json
+    import shutil
+
+    from mhabench.report.build import build_report
+
+    root = tmp_path / "results"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "asv_results", root)
+    spec = json.loads((root / "benchmarks.json").read_text())
+    live_names = [n for n in spec if n.endswith(".track_step_bytes")]
+    for name in live_names:
+        spec[name.replace("track_step_bytes", "track_step_rss_bytes")] = {
+            **spec[name], "name": name.replace("track_step_bytes", "track_step_rss_bytes")}
+    (root / "benchmarks.json").write_text(json.dumps(spec))
+    for path in (root / "fixture-machine").glob("*.json"):
+        data = json.loads(path.read_text())
+        if "results" not in data:
+            continue
+        for name in [n for n in data["results"] if n in live_names]:
+            row = list(data["results"][name])
+            names = spec[name]["param_names"]
+            values = []
+            for value, cell in zip(row[0], itertools.product(*row[1]), strict=True):
+                fields = dict(zip(names, cell, strict=True))
+                bump = fields["framework"] == "'torch'" and fields["backend"] == "'batched'"
+                values.append(value + 8 * MIB if bump and value == value else value)  # not NaN
+            data["results"][name.replace("track_step_bytes", "track_step_rss_bytes")] = [
+                values, *row[1:]]
+        path.write_text(json.dumps(data))
+    report = build_report(load_results(root), log=lambda m: None)
+    memory = next(s for s in report.sections if s.id == "memory")
+    rss = next(t.frame for t in memory.tables if t.name == "rss")
+    assert len(rss) == len(step_memory_table(load_results(root).frame))  # one row a cell
+    torch_batched = (rss["framework"] == "torch") & (rss["backend"] == "batched")
+    assert ((rss["RSS - live (MiB)"] - 8).abs() < 1e-9).eq(torch_batched).all()
+    more = int(torch_batched.sum())
+    assert 0 < more < len(rss)
+    assert f"RSS reads more in {more} (torch/batched {more};" in memory.text[-1]
+    assert f"in {len(rss) - more} of {len(rss)} CPU cells" in memory.text[-1]
