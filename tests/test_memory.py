@@ -129,6 +129,7 @@ _FRESH = """
 """
 
 
+@pytest.mark.slow
 def test_one_cell_reads_the_same_in_fresh_processes(tmp_path: Path) -> None:
     """torch batched (h = 16) and JAX batched (h = 64), each in five fresh processes: the
     live peak agrees within 1 %. torch's holds the two maps its step keeps at once; JAX's
