@@ -5,7 +5,7 @@ method), for the live peak (``track_step_bytes``) and the RSS cross-check
 (``track_step_rss_bytes``).
 
     python scripts/step_memory_spread.py --heads 8 64 --processes 10
-    python scripts/step_memory_spread.py --framework jax --backend batched --heads 64
+    python scripts/step_memory_spread.py --framework jax --backend loop --methods track_step_bytes
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ def main() -> None:
     parser.add_argument("--backend", default="batched")
     parser.add_argument("--heads", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--processes", type=int, default=10)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     args = parser.parse_args()
     for heads in args.heads:
-        for method in METHODS:
+        for method in args.methods:
             read = [reading(args.framework, args.backend, heads, method)
                     for _ in range(args.processes)]
             spread = (max(read) - min(read)) / min(read) if min(read) else float("nan")
