@@ -206,8 +206,8 @@ class AttentionBenchmark(abc.ABC):
     - after every sample, what other processes took from the machine
       (``mhabench.measure.machine_load``), kept beside the results for the regression section.
     - ``track_step_bytes``: the live peak of the step's own allocations
-      (``mhabench.measure.memory``), bytes, lower is better; where ``records_rss``, CPU
-      cells also get ``track_step_rss_bytes``, the RSS high-water reading, as a cross-check.
+      (``mhabench.measure.memory``), bytes, lower is better; CPU cells ``keep_rss`` takes
+      also get ``track_step_rss_bytes``, the RSS high-water reading, as a cross-check.
     - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
       ``mhabench.core.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
     - ``track_device_seconds`` (CUDA cells, when the grid asks for cuda): the device's busy
@@ -234,9 +234,9 @@ class AttentionBenchmark(abc.ABC):
     # Which kept cells also get a memory process (track_step_bytes): all, unless a class
     # narrows it (the newer backends' memory is in the Exercise 6.4 sweep on the quick grid).
     keep_memory: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
-    # Whether its CPU memory cells also get the RSS cross-check (track_step_rss_bytes), one
-    # more process each: the Exercise 6.4 sweep sets it; the full grid takes every class.
-    records_rss = grid(tiny=False, quick=False, full=True)
+    # Which CPU memory cells also get the RSS cross-check (track_step_rss_bytes), one more
+    # process each: on the full grid all; elsewhere a class opts in (the Exercise 6.4 sweep).
+    keep_rss: Callable[[AttentionConfig], bool] = staticmethod(lambda config: GRID == "full")
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property
@@ -260,10 +260,11 @@ class AttentionBenchmark(abc.ABC):
 
             cls.track_step_bytes = _track_memory_method("track_step_bytes", memory.step_bytes,
                                                         skip_cells(names, params, memory_cell))
-            if cls.records_rss and "cpu" in DEVICE_PARAMS:  # the RSS cross-check: CPU only
+            rss_skip = skip_cells(names, params, lambda c: memory_cell(c) and cls.keep_rss(c)
+                                  and c.device == "cpu")
+            if len(rss_skip) < len(list(itertools.product(*params))):  # none: no method
                 cls.track_step_rss_bytes = _track_memory_method(
-                    "track_step_rss_bytes", memory.rss_step_bytes, skip_cells(
-                        names, params, lambda c: memory_cell(c) and c.device == "cpu"))
+                    "track_step_rss_bytes", memory.rss_step_bytes, rss_skip)
             # A per-class copy, so each class carries its own skip list; none where the grid
             # records no kernels (a benchmark whose every cell is skipped still costs asv
             # about 0.6 s).
