@@ -12,6 +12,8 @@ from .common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,
+    GRID,
+    NEW_BACKENDS,
     SWEEP_BACKENDS,
     THREADS,
     AttentionBenchmark,
@@ -22,6 +24,10 @@ from .common import (
 class HeadsAtFixedWidth(AttentionBenchmark):
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]
+    # The RSS cross-check beside the live peak (the report's memory section), within the
+    # quick grid's budget: the chapter's backends and plug-ins at h > 1; all on the full grid.
+    keep_rss = staticmethod(lambda c: GRID == "full" or (c.backend not in NEW_BACKENDS
+                                                         and c.heads > 1))
     params = [FRAMEWORKS, SWEEP_BACKENDS, [grid(tiny=2, quick=8, full=8)],
               [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
               grid(tiny=[1, 4, 16], quick=[1, 8, 64], full=list(HEAD_SWEEP)),

@@ -205,8 +205,9 @@ class AttentionBenchmark(abc.ABC):
       a change significant (7 a side at least).
     - after every sample, what other processes took from the machine
       (``mhabench.measure.machine_load``), kept beside the results for the regression section.
-    - ``track_step_bytes``: the memory the step itself needs above what was resident
-      (``mhabench.measure.memory``), bytes, lower is better.
+    - ``track_step_bytes``: the live peak of the step's own allocations
+      (``mhabench.measure.memory``), bytes, lower is better; CPU cells ``keep_rss`` takes
+      also get ``track_step_rss_bytes``, the RSS high-water reading, as a cross-check.
     - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
       ``mhabench.core.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
     - ``track_device_seconds`` (CUDA cells, when the grid asks for cuda): the device's busy
@@ -233,6 +234,9 @@ class AttentionBenchmark(abc.ABC):
     # Which kept cells also get a memory process (track_step_bytes): all, unless a class
     # narrows it (the newer backends' memory is in the Exercise 6.4 sweep on the quick grid).
     keep_memory: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
+    # Which CPU memory cells also get the RSS cross-check (track_step_rss_bytes), one more
+    # process each: on the full grid all; elsewhere a class opts in (the Exercise 6.4 sweep).
+    keep_rss: Callable[[AttentionConfig], bool] = staticmethod(lambda config: GRID == "full")
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property
@@ -250,8 +254,17 @@ class AttentionBenchmark(abc.ABC):
         if isinstance(cls.__dict__.get("params"), list):
             names, params = cls.__dict__["param_names"], cls.__dict__["params"]
             cls.skip_params = skip_cells(names, params, cls.keep)
-            cls.track_step_bytes = _track_step_bytes_method(skip_cells(
-                names, params, lambda c: cls.keep(c) and cls.keep_memory(c)))
+
+            def memory_cell(c: AttentionConfig) -> bool:
+                return cls.keep(c) and cls.keep_memory(c)
+
+            cls.track_step_bytes = _track_memory_method("track_step_bytes", memory.step_bytes,
+                                                        skip_cells(names, params, memory_cell))
+            rss_skip = skip_cells(names, params, lambda c: memory_cell(c) and cls.keep_rss(c)
+                                  and c.device == "cpu")
+            if len(rss_skip) < len(list(itertools.product(*params))):  # none: no method
+                cls.track_step_rss_bytes = _track_memory_method(
+                    "track_step_rss_bytes", memory.rss_step_bytes, rss_skip)
             # A per-class copy, so each class carries its own skip list; none where the grid
             # records no kernels (a benchmark whose every cell is skipped still costs asv
             # about 0.6 s).
@@ -277,18 +290,21 @@ class AttentionBenchmark(abc.ABC):
     time_step.setup = _settle
 
 
-def _track_step_bytes_method(skip: list[tuple[Any, ...]]) -> Callable[..., int]:
-    def track_step_bytes(self: AttentionBenchmark, *params: Any) -> int:
+def _track_memory_method(name: str, read: Callable[[AttentionConfig, Callable[[], Any]], int],
+                         skip: list[tuple[Any, ...]]) -> Callable[..., int]:
+    """A ``track_`` method called ``name`` that returns ``read(config, step)``, bytes."""
+    def track(self: AttentionBenchmark, *params: Any) -> int:
         try:
-            return memory.step_bytes(self.cfg, self.step)
+            return read(self.cfg, self.step)
         except ValueError as err:  # raised inside the benchmark: asv's in-body skip
             from asv_runner.benchmarks.mark import SkipNotImplemented
 
             raise SkipNotImplemented(str(err)) from err
 
-    track_step_bytes.unit = "bytes"
-    track_step_bytes.skip_params = skip
-    return track_step_bytes
+    track.__name__ = track.__qualname__ = name
+    track.unit = "bytes"
+    track.skip_params = skip
+    return track
 
 
 def _track_device_method(skip: list[tuple[Any, ...]]) -> Callable[..., float]:

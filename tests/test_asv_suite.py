@@ -153,7 +153,9 @@ def test_the_quick_grid_runs_the_newer_backends_in_the_sweep_a_gqa_and_a_cross_c
     from benchmarks.common import NEW_BACKENDS, config_of
     seen = {}
     for cls in classes:
-        for method in ("time_step", "track_step_bytes"):
+        for method in ("time_step", "track_step_bytes", "track_step_rss_bytes"):
+            if not hasattr(cls, method):  # the RSS cross-check: only where keep_rss takes a cell
+                continue
             skip = set(getattr(getattr(cls, method), "skip_params", cls.skip_params))
             for cell in itertools.product(*cls.params):
                 c = None if cell in skip else config_of(cls.param_names, cell)
@@ -180,6 +182,11 @@ def test_the_quick_grid_runs_the_newer_backends_in_the_sweep_a_gqa_and_a_cross_c
     for name in ("batched", "fused"):  # the chapter's backends keep every memory cell
         assert {"h=1", "h=8", "h=64", "gqa", "cross"} <= set(
             out.get(f"track_step_bytes {name}", [])), (name, out)
+    # the RSS cross-check: the chapter's backends' Exercise 6.4 sweep at h > 1 (the budget)
+    for name in ("loop", "batched", "fused", "reference"):
+        assert out[f"track_step_rss_bytes {name}"] == ["h=64", "h=8"], (name, out)
+    assert not any(f"track_step_rss_bytes {name}" in out for name in ("compiled", "flex",
+                                                                       "blockwise")), out
 
 
 def test_a_cell_that_outgrows_memory_fails_as_that_cell() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.tracks import kernel_table, step_memory_table
+from mhabench.analysis.tracks import kernel_table, step_memory_table, track_values
 from mhabench.core.kernels import KERNEL_CODES, SCORE_TERMS, score_term
 from mhabench.report.context import Context
 from mhabench.report.formatting import size_text
@@ -77,10 +77,13 @@ def memory_section(ctx: Context) -> Section:
         Table("cells", "Every cell: the step's own memory against the model's working set",
               table, detail=True)])
     section.text.append(
-        "Measured: the memory one step needs above what was resident before it (CPU: peak "
-        "RSS reset through /proc/self/clear_refs; CUDA: the allocator's peak, or XLA's buffer "
-        "assignment for JAX). Model: the cost model's working set for the kernel that ran "
-        "(three copies of the map where the kernel writes it, plus activations and weights). "
+        "Measured: the live peak of the step's own allocations, the most bytes it had "
+        "allocated and not freed at once (torch, CPU: the profiler's memory events; JAX, CPU: "
+        "the C allocator's, every large block on fresh pages for that call, since XLA:CPU's "
+        "buffer plan leaves out what its YNNPACK fusions allocate; CUDA: torch's caching "
+        "allocator, XLA's buffer plan). Model: the cost model's working set for the kernel "
+        "that ran (three copies of the map where the kernel writes it, plus activations and "
+        "weights). "
         "'growth with b*h*n*m' is the log-log slope of measured memory against the number of "
         f"scores: near 1 where the b*h*n*m term is the {SCORE_TERMS[True]}, near 0 where it "
         f"is {SCORE_TERMS[False]} in tiles that never reach memory.")
@@ -104,4 +107,53 @@ def memory_section(ctx: Context) -> Section:
                                   f"(forward): {machine}", "scores b*h*n*m",
                                   "measured step memory (MiB)", series, logx=True, logy=True,
                                   style="scatter"))
+    _rss_crosscheck(section, ctx, table)
     return section
+
+
+# RSS and live peak agree when they differ by less than this share of the live peak or
+# these MiB (page rounding, the C allocator's headers, small buffers).
+AGREE_SHARE, AGREE_MIB = 0.1, 4.0
+
+
+def _rss_crosscheck(section: Section, ctx: Context, table: pd.DataFrame) -> None:
+    """The RSS high-water reading (``track_step_rss_bytes``, CPU cells) beside the live
+    peak: a table, and a paragraph on where and why they differ."""
+    rss = track_values(ctx.results.frame, "track_step_rss_bytes") / 2**20
+    rss = rss[~rss.index.duplicated(keep="last")]  # a config in several classes: one row
+    cells = table.join(rss.rename("RSS (MiB)"), on=["machine", "config_id"], how="inner")
+    if cells.empty:
+        return
+    maps = cells["model map (MiB)"].where(cells["model map (MiB)"] > 0)
+    diff = cells["RSS (MiB)"] - cells["measured (MiB)"]
+    cells = cells[["machine", "config_id", "framework", "backend", "mode", "heads"]].assign(**{
+        "live peak (MiB)": cells["measured (MiB)"], "RSS (MiB)": cells["RSS (MiB)"],
+        "RSS - live (MiB)": diff, "RSS - live (maps)": diff / maps})
+    section.tables.append(Table("rss", "CPU cells: the RSS high-water reading beside the "
+                                "live peak (track_step_bytes)", cells, detail=True))
+    tolerance = np.maximum(AGREE_SHARE * cells["live peak (MiB)"], AGREE_MIB)
+    more, less = cells[diff > tolerance], cells[diff < -tolerance]
+
+    def where(rows: pd.DataFrame) -> str:
+        counts = rows.groupby(["framework", "backend"]).size()
+        return ", ".join(f"{fw}/{be} {n}" for (fw, be), n in counts.items())
+
+    text = (f"Cross-check: the RSS high-water reading (track_step_rss_bytes, its own "
+            "process: the peak RSS growth of one call, on the heap as the timing process keeps "
+            f"it) agrees with the live peak within {AGREE_SHARE:.0%} or {AGREE_MIB:g} MiB in "
+            f"{len(cells) - len(more) - len(less)} of {len(cells)} CPU cells.")
+    if len(more):
+        text += (f" RSS reads more in {len(more)} ({where(more)}; median "
+                 f"{more['RSS - live (MiB)'].median():,.0f} MiB more, at most "
+                 f"{more['RSS - live (maps)'].max():,.1f} attention maps): it counts every page "
+                 "the step touched, so a block the step freed whose pages the C allocator did "
+                 "not hand to its next allocation counts twice. Which free chunk takes an "
+                 "allocation depends on the heap's history in that process, so such a cell can "
+                 "read a map more in one run than in the next; the live peak cannot. For torch "
+                 "it also holds memory outside torch's allocator (BLAS and oneDNN scratch).")
+    if len(less):
+        text += (f" RSS reads less in {len(less)} ({where(less)}): pages resident before "
+                 "the step that it reused, buffers it held but never wrote, or (JAX) the "
+                 "previous call's temporaries, which XLA frees on its own thread, going during "
+                 "this one.")
+    section.text.append(text)
