@@ -62,7 +62,10 @@ def device_copy(tmp: Path) -> Path:
     return copy
 
 
+# timing: gpu-grid sizes its runs from the seconds its first runs took, so under a second
+# job (xdist's other worker) it skipped Exercise 6.4 for want of budget, as it should.
 @pytest.mark.slow
+@pytest.mark.timing
 def test_gpu_grid_rehearsal_returns_results_that_report_as_a_second_machine(
         tmp_path: Path, asv_home: dict[str, str]) -> None:
     python = device_python(tmp_path)
