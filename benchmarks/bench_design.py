@@ -2,17 +2,18 @@
 
 The other modules vary one field at a time around a few centres; a model fitted on them
 alone sees almost no interactions (n x h, m x h_kv, batch x d, the head width p = d/h).
-Here each point of ``mhabench.core.design.calibration_design`` (a scrambled Latin
-hypercube over log n, log m, log d, log p, h_kv/h, log batch, mode, cross, masked, with a
-fixed seed) is one class, ``DesignNN``, whose single-valued shape parameters name the
-config (the suite's convention: ``param_names`` are config fields plus ``threads``) and
-whose cells are the frameworks x backends. asv parameters form a product, so one class
-per point is what keeps the design's cells few.
+Here each point of ``mhabench.core.design.calibration_design`` (a scrambled Sobol sequence
+over log n, log m, log d, log p, h_kv/h, log batch, mode, cross, masked, with a fixed
+seed, so a larger design keeps these points) is one class, ``DesignNN``, whose
+single-valued shape parameters name the config (the suite's convention: ``param_names``
+are config fields plus ``threads``) and whose cells are the frameworks x backends. asv
+parameters form a product, so one class per point is what keeps the design's cells few.
 
-The budget (about 90 s of the quick grid's asv run at 1 thread): the chapter's backends and
-plug-ins plus JAX blockwise; torch.compile and FlexAttention compile for 2-3 s per cell and
-stay on the sweeps. No memory or kernel processes: the design is for time only. The tiny
-grid (CI) takes two small points through batched and fused.
+The budget (about 90 s of the quick grid's asv run at 1 thread; 14 points cost 160 s): 8
+points through the chapter's backends and plug-ins plus JAX blockwise, the loop backend
+only at h <= 16; torch.compile and FlexAttention compile for 2-3 s per cell and stay on
+the sweeps. No memory or kernel processes: the design is for time only. The tiny grid (CI)
+takes two small points through batched and fused; the full grid 32 points, every cell.
 """
 
 from typing import Any
@@ -24,6 +25,7 @@ from .common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,
+    GRID,
     NEW_BACKENDS,
     THREADS,
     AttentionBenchmark,
@@ -33,7 +35,7 @@ from .common import (
 BLOCKWISE = [b for b in NEW_BACKENDS if b == "blockwise"]
 DESIGN_BACKENDS = grid(tiny=["batched", "fused"],
                        quick=[*BACKENDS, *BLOCKWISE], full=[*BACKENDS, *BLOCKWISE])
-POINTS = calibration_design(grid(tiny=2, quick=14, full=40),
+POINTS = calibration_design(grid(tiny=2, quick=8, full=32),
                             box=grid(tiny=TINY_BOX, quick=QUICK_BOX, full=QUICK_BOX))
 SHAPE_FIELDS = ("mode", "batch", "n", "m", "d", "heads", "kv_heads", "cross", "masked")
 
@@ -44,7 +46,10 @@ def _design_class(index: int, point: dict[str, Any]) -> type:
         "__doc__": f"Calibration design point {index}: {shape}.",
         "__module__": __name__,
         "records_kernel": False,  # the kernel is recorded by the sweeps' cells
-        "keep_memory": staticmethod(lambda config: False),  # time only
+        "records_memory": False,  # time only: no memory process
+        # The loop backend at h > 16 costs 5-10 s a cell (h projections, compiled per head
+        # in JAX): the head sweep covers its per-head cost; quick grid's budget.
+        "keep": staticmethod(lambda c: GRID == "full" or c.backend != "loop" or c.heads <= 16),
         "param_names": ["framework", "backend", *SHAPE_FIELDS, "device", "dtype", "threads"],
         "params": [FRAMEWORKS, DESIGN_BACKENDS, *([point[k]] for k in SHAPE_FIELDS),
                    DEVICE_PARAMS, DTYPES, [THREADS]],

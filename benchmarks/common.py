@@ -228,6 +228,7 @@ class AttentionBenchmark(abc.ABC):
     # cell, 36 processes), though the same calls made directly after the settle did not.
     warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
+    records_memory = True  # False: no track_step_bytes at all (a class timed for time only)
     # Which valid cells a class runs (the rest are skipped before any setup): the newer
     # backends take only some cells of the GQA and cross classes on the quick grid.
     keep: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
@@ -258,8 +259,10 @@ class AttentionBenchmark(abc.ABC):
             def memory_cell(c: AttentionConfig) -> bool:
                 return cls.keep(c) and cls.keep_memory(c)
 
-            cls.track_step_bytes = _track_memory_method("track_step_bytes", memory.step_bytes,
-                                                        skip_cells(names, params, memory_cell))
+            if cls.records_memory:  # none: no method (an all-skipped one still costs ~0.6 s)
+                cls.track_step_bytes = _track_memory_method(
+                    "track_step_bytes", memory.step_bytes, skip_cells(names, params,
+                                                                      memory_cell))
             rss_skip = skip_cells(names, params, lambda c: memory_cell(c) and cls.keep_rss(c)
                                   and c.device == "cpu")
             if len(rss_skip) < len(list(itertools.product(*params))):  # none: no method

@@ -110,15 +110,22 @@ def _shrink(fields: dict[str, Any], max_gflop: float) -> dict[str, Any]:
     return fields
 
 
+def design_points(size: int, seed: int = SEED) -> np.ndarray:
+    """The first ``size`` points of the scrambled Sobol sequence in [0, 1)^len(AXES)."""
+    if size < 1 or size & (size - 1):
+        raise ValueError(f"size={size} is not allowed; it must be a power of two (a Sobol "
+                         "prefix is balanced only at powers of two)")
+    sampler = qmc.Sobol(d=len(AXES), scramble=True, rng=np.random.default_rng(seed))
+    return sampler.random_base2(size.bit_length() - 1)
+
+
 def calibration_design(size: int, seed: int = SEED, box: Box = QUICK_BOX
                        ) -> list[dict[str, Any]]:
-    """``size`` points of a scrambled Latin hypercube in ``box``, as config shape fields
-    (mode, batch, n, m, d, heads, kv_heads, cross, masked); distinct, in a fixed order."""
-    if size < 1:
-        raise ValueError(f"size={size} is not allowed; it must be a positive integer")
-    sampler = qmc.LatinHypercube(d=len(AXES), rng=np.random.default_rng(seed))
+    """``size`` (a power of two) points of a scrambled Sobol sequence in ``box``, as config
+    shape fields (mode, batch, n, m, d, heads, kv_heads, cross, masked); distinct, in a
+    fixed order: a larger size starts with the same points."""
     out: list[dict[str, Any]] = []
-    for u in sampler.random(size):
+    for u in design_points(size, seed):
         fields = point_fields(u, box)
         if fields not in out:
             out.append(fields)

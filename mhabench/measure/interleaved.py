@@ -1,0 +1,63 @@
+"""Time several configs interleaved: round-robin over the configs for several rounds.
+
+Timing configs one after another lets a slow minute of a shared machine (another job,
+a hypervisor's steal) land on a few configs only; round-robin spreads any drift over all
+of them alike, and the median per config drops the rounds it hit hardest. Each visit
+first makes ``warmup`` untimed calls, so the config's weights and inputs are back in the
+caches as they are between asv's back-to-back samples, then ``repeats`` timed calls.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mhabench.core.config import AttentionConfig
+from mhabench.measure.timing import Measurement, configure_process, prepare
+
+
+def _timed(step: Callable[[], Any]) -> float:
+    enabled = gc.isenabled()
+    gc.disable()  # as asv's timer (timeit) does
+    try:
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
+                        repeats: int = 2, warmup: int = 1, threads: int | None = None,
+                        on_error: Callable[[AttentionConfig, ValueError], None] | None = None,
+                        progress: Callable[[str], None] = lambda _: None
+                        ) -> dict[AttentionConfig, Measurement]:
+    """``rounds`` x ``repeats`` timings per config, visited round-robin; one
+    :class:`Measurement` per config that could be prepared. A config whose build raises
+    ValueError (UnavailableError included) is passed to ``on_error`` (or re-raised) and
+    left out."""
+    for name, value in (("rounds", rounds), ("repeats", repeats)):
+        if value < 1:
+            raise ValueError(f"{name}={value} is not allowed; it must be at least 1")
+    used = configure_process(threads)
+    steps: dict[AttentionConfig, Callable[[], Any]] = {}
+    for i, config in enumerate(configs, 1):
+        progress(f"[{i}/{len(configs)}] prepare {config.id}")
+        try:
+            # prepare() caches a few steps only; keeping each here keeps it alive.
+            steps[config] = prepare(config, max(warmup, 1))
+        except ValueError as exc:
+            if on_error is None:
+                raise
+            on_error(config, exc)
+    times: dict[AttentionConfig, list[float]] = {c: [] for c in steps}
+    for r in range(rounds):
+        progress(f"round {r + 1}/{rounds} over {len(steps)} configs")
+        for config, step in steps.items():
+            for _ in range(warmup):
+                step()
+            times[config].extend(_timed(step) for _ in range(repeats))
+    return {c: Measurement(c, tuple(t), used) for c, t in times.items()}

@@ -1,0 +1,128 @@
+"""The calibration design: seeded, space-filling inside its box, valid configs under the
+FLOP cap, and asv classes whose parameters name the config they time. Nothing is timed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_asv_suite import run_python
+
+from mhabench.core.config import AttentionConfig
+from mhabench.core.cost import TRAIN_FACTOR, cost
+from mhabench.core.design import (
+    AXES,
+    QUICK_BOX,
+    TINY_BOX,
+    Box,
+    _kv_heads,
+    calibration_design,
+    design_points,
+    point_fields,
+)
+from mhabench.measure import interleaved
+
+
+def test_design_is_deterministic_and_the_seed_matters() -> None:
+    assert calibration_design(8) == calibration_design(8)
+    assert calibration_design(8, seed=1) != calibration_design(8)
+
+
+@pytest.mark.parametrize("box, size", [(QUICK_BOX, 8), (QUICK_BOX, 32), (TINY_BOX, 2)])
+def test_every_point_is_a_valid_config_inside_the_box_and_under_the_cap(box: Box,
+                                                                        size: int) -> None:
+    points = calibration_design(size, box=box)
+    assert 0 < len(points) <= size
+    for fields in points:
+        config = AttentionConfig(**fields)  # valid: h divides d, h_kv divides h
+        factor = TRAIN_FACTOR if config.mode == "train" else 1
+        assert cost(config).flops_model * factor <= box.max_gflop * 1e9
+        assert box.p[0] <= config.head_dim <= box.p[1]
+        assert box.heads[0] <= config.heads <= box.heads[1]
+        assert config.n <= box.n[1] and config.m <= box.m[1] and config.batch <= box.batch[1]
+        assert config.n == 1 if config.mode == "decode" else config.n >= 1
+
+
+def test_the_quick_design_varies_what_the_sweeps_hold_fixed() -> None:
+    points = [AttentionConfig(**f) for f in calibration_design(8)]
+    assert len({c.mode for c in points}) == 3  # forward, train and decode
+    assert any(c.cross for c in points) and any(c.masked for c in points)
+    assert any(1 < c.kv_heads < c.heads for c in points) and any(
+        c.kv_heads == 1 < c.heads for c in points)
+    assert any(c.heads & (c.heads - 1) for c in points)  # h off the powers of two
+    widths = [c.head_dim for c in points]
+    assert min(widths) <= 16 and max(widths) >= 64  # narrow and wide heads
+
+
+def test_each_axis_has_one_point_per_stratum_and_larger_designs_keep_the_first() -> None:
+    # A Sobol prefix of 2^k points puts one coordinate in each 1/2^k of every axis.
+    for size in (8, 32):
+        strata = np.floor(design_points(size) * size).astype(int)
+        assert all(sorted(strata[:, j]) == list(range(size)) for j in range(len(AXES)))
+    assert calibration_design(32)[:8] == calibration_design(8)  # benchmark ids stay
+    with pytest.raises(ValueError, match="power of two"):
+        calibration_design(12)
+    # the point's n is the log-uniform level of its coordinate (when no cap shrank it)
+    u = design_points(8)[0]
+    fields = point_fields(u, Box(max_gflop=1e9))
+    if fields["mode"] != "decode":
+        lo, hi = QUICK_BOX.n
+        assert fields["n"] == round(math.exp(math.log(lo) + u[0] * math.log(hi / lo)))
+
+
+def test_kv_heads_rule_mha_gqa_mqa() -> None:
+    assert _kv_heads(0.1, 12) == 12
+    assert _kv_heads(0.9, 12) == 1
+    assert 1 < _kv_heads(0.6, 12) < 12 and 12 % _kv_heads(0.6, 12) == 0
+    assert _kv_heads(0.6, 7) == 7  # a prime has no middle divisor: MHA
+
+
+def test_design_classes_name_the_config_they_time() -> None:
+    code = """
+    import json
+    from benchmarks import bench_design
+    from benchmarks.common import config_of
+    out = []
+    for name, cls in sorted(vars(bench_design).items()):
+        if name.startswith("Design"):
+            cells = [[v[0] for v in cls.params]]
+            out.append([name, cls.param_names, config_of(cls.param_names, cells[0]).to_dict(),
+                        len(cls.params[1]), hasattr(cls, "track_kernel")
+                        or hasattr(cls, "track_step_bytes")])
+    print(json.dumps(out))
+    """
+    for grid, size in (("tiny", 2), ("quick", 8)):
+        done = run_python(code, {"MHABENCH_GRID": grid})
+        assert done.returncode == 0, done.stderr
+        classes = json.loads(done.stdout.splitlines()[-1])
+        assert len(classes) == size
+        points = calibration_design(size, box=TINY_BOX if grid == "tiny" else QUICK_BOX)
+        for (_, names, config, backends, kernel), point in zip(classes, points, strict=True):
+            assert names[-1] == "threads" and "threads" not in config
+            assert {k: config[k] for k in point} == point  # the parameters are the point
+            assert not kernel  # time only: no kernel or memory process
+            assert backends == (2 if grid == "tiny" else 5)
+
+
+def test_interleaved_timing_visits_configs_round_robin(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    calls: list[str] = []
+    configs = [AttentionConfig(heads=h) for h in (1, 2, 4)]
+
+    def prepare(config: AttentionConfig, warmup: int) -> object:
+        if config.heads == 4:
+            raise ValueError("not here")
+        return lambda: calls.append(f"h{config.heads}")
+
+    monkeypatch.setattr(interleaved, "prepare", prepare)
+    monkeypatch.setattr(interleaved, "configure_process", lambda threads: 1)
+    skipped = []
+    out = interleaved.measure_interleaved(configs, rounds=3, repeats=2, warmup=1,
+                                          on_error=lambda c, e: skipped.append(c))
+    assert skipped == [configs[2]] and set(out) == set(configs[:2])
+    assert calls == ["h1"] * 3 + ["h2"] * 3 + ["h1"] * 3 + ["h2"] * 3 + ["h1"] * 3 + ["h2"] * 3
+    assert all(m.repeats == 6 for m in out.values())  # 3 rounds x 2 timed calls
+    with pytest.raises(ValueError, match="not here"):
+        interleaved.measure_interleaved(configs, rounds=1)
