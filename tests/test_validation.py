@@ -40,9 +40,9 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 def test_sample_is_seeded_valid_off_grid_and_wider_than_the_grid(synthetic: tuple) -> None:
     frame, models = synthetic
     cells = groups(frame)
-    sample = sample_configs(models, cells, 24, seed=0)
-    assert sample == sample_configs(models, cells, 24, seed=0)
-    assert sample != sample_configs(models, cells, 24, seed=1)
+    sample = sample_configs(models, cells, 24, seed=0, wide=True)
+    assert sample == sample_configs(models, cells, 24, seed=0, wide=True)
+    assert sample != sample_configs(models, cells, 24, seed=1, wide=True)
     configs = [c for _, c in sample]
     assert len({c.id for c in configs}) == 24
     assert not {c.id for c in configs} & set(frame["config_id"].dropna())  # never a grid cell
@@ -54,6 +54,20 @@ def test_sample_is_seeded_valid_off_grid_and_wider_than_the_grid(synthetic: tupl
     assert any(1 < c.kv_heads < c.heads for c in configs)  # GQA, not only MQA
     assert any(c.masked for c in configs)
     assert {key[2] for key, _ in sample} == {"batched", "fused"}
+    assert any(models[key].extrapolation(c) for key, c in sample)  # the wide box leaves them
+
+
+def test_default_sample_stays_inside_the_fitted_ranges_yet_off_the_grid(
+        synthetic: tuple) -> None:
+    frame, models = synthetic
+    sample = sample_configs(models, groups(frame), 24, seed=5)
+    assert len(sample) == 24
+    assert all(not models[key].extrapolation(c) for key, c in sample)
+    assert not {c.id for _, c in sample} & set(frame["config_id"].dropna())
+    # off the grid all the same: odd widths, head counts off the powers of two
+    assert any(c.d % 2 for _, c in sample) and any(c.heads & (c.heads - 1) for _, c in sample)
+    # the grid fitted neither cross-attention nor masking: the default draws none
+    assert not any(c.cross or c.masked for _, c in sample)
 
 
 def _measured(time_s: float) -> Measurement:
@@ -62,14 +76,15 @@ def _measured(time_s: float) -> Measurement:
 
 def test_validation_compares_fresh_times_with_the_model(synthetic: tuple) -> None:
     frame, models = synthetic
-    sample = sample_configs(models, groups(frame), 12, seed=3)
+    sample = sample_configs(models, groups(frame), 12, seed=3, wide=True)
     # A truth of the model's own form: every prediction exact, extrapolated or not.
-    exact = random_validation(frame, models, sample, lambda c: _measured(synthetic_time(c)))
+    exact = random_validation(frame, models, sample,
+                              {c: _measured(synthetic_time(c)) for _, c in sample})
     assert len(exact) == 12 and exact["rel_error"].max() < 1e-6
     assert exact["flop_rate_rel_error"].median() > 0.1  # the one-rate baseline is not exact
     # A truth with a cost the model lacks (masking adds 1 ms): only masked configs miss.
-    masked = random_validation(frame, models, sample, lambda c: _measured(
-        synthetic_time(c) + (1e-3 if c.masked else 0.0)))
+    masked = random_validation(frame, models, sample, {c: _measured(
+        synthetic_time(c) + (1e-3 if c.masked else 0.0)) for _, c in sample})
     assert (masked["rel_error"] > 1e-3).tolist() == [c.masked for _, c in sample]
     assert (masked["signed_error"][masked["rel_error"] > 1e-3] < 0).all()  # predicted too low
     s = summary_dict(masked)
@@ -85,6 +100,7 @@ def test_validation_compares_fresh_times_with_the_model(synthetic: tuple) -> Non
 @pytest.mark.parametrize("argv, message", [
     (["--sample", "0"], "--sample 0 is not allowed"),
     (["--repeats", "0"], "--repeats 0 is not allowed"),
+    (["--rounds", "0"], "--rounds 0 is not allowed"),
     (["--max-gflop", "0"], "--max-gflop 0.0 is not allowed"),
     (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
 ])
@@ -103,14 +119,16 @@ def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     saved = tmp_path / "validation.json"
     argv = ["validate", "--results", str(REAL), "--sample", "3", "--seed", "0",
-            "--repeats", "3", "--warmup", "1", "--save", str(saved), "--json"]
+            "--rounds", "2", "--repeats", "2", "--warmup", "1", "--save", str(saved),
+            "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == json.loads(saved.read_text())
     rows = out["rows"]
     assert len(rows) == 3 and out["seed"] == 0 and out["threads"] == 1  # as the fixture ran
-    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 and r["repeats"] == 3
-               for r in rows)
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 and r["repeats"] == 4
+               for r in rows)  # 2 rounds x 2 calls
+    assert out["box"] == "fitted" and out["rounds"] == 2
     cells = set(load_results(REAL).frame["config_id"].dropna())
     assert not {r["config_id"] for r in rows} & cells  # measurements the model never saw
     assert out["summary"]["all"]["median_rel_error"] == pytest.approx(

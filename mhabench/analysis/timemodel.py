@@ -45,16 +45,22 @@ import numpy as np
 import pandas as pd
 import scipy.optimize
 
-from mhabench.analysis.results import config_from_row, latest
-from mhabench.core.config import DTYPE_BYTES, AttentionConfig
-from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
+from mhabench.analysis.features import (
+    CACHE_CANDIDATES,
+    FEATURE_LABELS,
+    FEATURES,
+    REPEATS_KV,
+    CellFeatures,
+    feature_matrix,
+    feature_values,
+    stored_kv_bytes,
+)
+from mhabench.analysis.results import latest
+from mhabench.core.config import AttentionConfig
 
-FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
-FEATURE_LABELS = {"flops": "FLOPs (flops_model)", "map": "attention map (batch*h*n*m)",
-                  "spill": "attention map beyond cache",
-                  "kv": "keys/values read (batch*m*2*width)",
-                  "kv_spill": "keys/values beyond cache", "heads": "per-head fixed cost",
-                  "const": "fixed per call"}
+__all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
+           "feature_matrix", "feature_values", "stored_kv_bytes"]  # re-exported
+
 # The models a group may get, richest first: the first with fewer coefficients than the
 # group has cells is fitted (the spill terms count only where a cache size makes them
 # non-zero). FLOPs + constant is the plain roofline: one rate and a call overhead.
@@ -69,13 +75,6 @@ MIN_CELLS = len(FEATURE_SETS[-1]) + 1  # one residual left over for the simplest
 RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
 # Categorical fields: a value the fit never saw is an extrapolation too.
 SEEN_FIELDS = ("mode", "cross", "masked")
-# Backends whose grouped-query path copies each key/value head to its g query heads
-# (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
-# h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
-# kernels take grouped K/V directly: they read the h_kv-wide tensors.
-REPEATS_KV = frozenset({"batched"})
-# Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
-CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
 GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
 # Losses (sums of squared relative residuals) closer than this are a tie: on exact data the
 # solver's rounding would otherwise let a useless cache size "earn" its place.
@@ -99,75 +98,6 @@ def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     norms[norms == 0] = 1.0
     x, _ = scipy.optimize.nnls(A / norms, np.asarray(b, dtype=float))
     return x / norms
-
-
-def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
-                   kv_cache_bytes: float | None = None) -> dict[str, float]:
-    """The model's features for one config (see the module docstring); no spill term
-    when ``cache_bytes`` is None, no K/V spill term when ``kv_cache_bytes`` is None."""
-    terms = cost(config)
-    factor = TRAIN_FACTOR if config.mode == "train" else 1
-    elements = float(terms.attention_map_elements * factor)
-    map_bytes = terms.attention_map_elements * DTYPE_BYTES[config.dtype]
-    spills = cache_bytes is not None and map_bytes > cache_bytes
-    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
-    keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
-    kv = float(config.batch * keys * 2 * width * factor)
-    # A decode step re-reads the stored K/V cache (h_kv wide) every call: it stays in a
-    # cache between calls only while it fits. Forward K/V are fresh activations.
-    kv_spills = kv_cache_bytes is not None and stored_kv_bytes(config) > kv_cache_bytes
-    return {"flops": float(terms.flops_model), "map": elements,
-            "spill": elements if spills else 0.0, "kv": kv,
-            "kv_spill": kv if kv_spills else 0.0,
-            "heads": float(config.heads * factor), "const": 1.0}
-
-
-def stored_kv_bytes(config: AttentionConfig) -> int:
-    """Bytes of the K/V cache (h_kv wide, the m + 1 positions it holds after the write) a
-    decode step re-reads every call; 0 for the other modes, whose K/V are fresh."""
-    if config.mode != "decode":
-        return 0
-    keys = step_lengths(config)[1]
-    return config.batch * keys * 2 * config.kv_heads * config.head_dim * DTYPE_BYTES[config.dtype]
-
-
-@dataclass(frozen=True)
-class CellFeatures:
-    """The features of a set of cells, computed once: the matrix without the spill terms,
-    and what decides the spill terms for any cache size (so a fit can try every size
-    without rebuilding configs)."""
-
-    base: np.ndarray  # one row of FEATURES per cell; spill columns zero
-    map_bytes: np.ndarray  # bytes of each cell's attention map
-    stored_kv_bytes: np.ndarray  # bytes of each decode cell's stored K/V cache; 0 otherwise
-
-    @classmethod
-    def of(cls, cells: pd.DataFrame) -> CellFeatures:
-        configs = [config_from_row(r) for r in cells.to_dict("records")]
-        base = np.array([[feature_values(c)[f] for f in FEATURES] for c in configs],
-                        dtype=float).reshape(-1, len(FEATURES))
-        size = [DTYPE_BYTES[c.dtype] for c in configs]
-        maps = [cost(c).attention_map_elements * b for c, b in zip(configs, size, strict=True)]
-        kv = [stored_kv_bytes(c) for c in configs]
-        return cls(base, np.array(maps, dtype=float), np.array(kv, dtype=float))
-
-    def matrix(self, cache_bytes: float | None = None,
-               kv_cache_bytes: float | None = None) -> np.ndarray:
-        """The same as :func:`feature_values` row by row, for these cache sizes."""
-        X = self.base.copy()
-        if cache_bytes is not None:
-            spills = self.map_bytes > cache_bytes
-            X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
-        if kv_cache_bytes is not None:
-            spills = self.stored_kv_bytes > kv_cache_bytes
-            X[spills, FEATURES.index("kv_spill")] = X[spills, FEATURES.index("kv")]
-        return X
-
-
-def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None,
-                   kv_cache_bytes: float | None = None) -> np.ndarray:
-    """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
-    return CellFeatures.of(cells).matrix(cache_bytes, kv_cache_bytes)
 
 
 def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -281,7 +211,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     loss, cache, X, coef, used = best
     predicted = X @ coef
     heads = FEATURES.index("heads")
-    separable = len(np.unique(np.round(X[:, 1] / X[:, heads]))) > 1
+    separable = len(np.unique(np.round(X[:, FEATURES.index("map")] / X[:, heads]))) > 1
     ranges, seen = _ranges(cells)
     return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), cache,
                      kv_cache_bytes, len(cells), r_squared(t, predicted),

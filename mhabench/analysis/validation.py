@@ -2,11 +2,12 @@
 
 Two checks. :func:`leave_out` refits each group without every K-th cell of the grid and
 predicts those; the cells come from the same grid the model's terms were chosen on.
-:func:`random_validation` draws a seeded random sample of configs from a wider space
-than any grid (odd widths, head counts that are not powers of two, n != m, GQA ratios,
-masking; each integer field from half the smallest to twice the largest value the group
-was fitted on), times them fresh with :func:`mhabench.measure.timing.measure` and compares: the
-model could not have been tuned on them. Both report the plain FLOP model at one rate
+:func:`sample_configs` draws a seeded random sample of configs off any grid (odd widths,
+head counts that are not powers of two, n != m, GQA ratios, masking): by default inside
+the ranges each group was fitted on, or (``wide``) each integer field from half the
+smallest to twice the largest fitted value. ``mhabench validate`` times them fresh,
+interleaved, and :func:`random_validation` compares: the model could not have been tuned
+on them. Both report the plain FLOP model at one rate
 (the group's median FLOP/s) as the baseline, and mark every extrapolated prediction.
 """
 
@@ -33,7 +34,7 @@ from mhabench.analysis.timemodel import (
     groups,
     timing_cells,
 )
-from mhabench.core.config import AttentionConfig, UnavailableError
+from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost
 
 FOLDS = 5
@@ -117,46 +118,53 @@ def _log_int(rng: np.random.Generator, lo: float, hi: float) -> int:
     return max(1, round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
-def _box(values: pd.Series) -> tuple[float, float]:
-    """The range a random draw spans: the fitted values' range widened by WIDEN."""
-    return float(values.min()) / WIDEN, float(values.max()) * WIDEN
+def _box(values: pd.Series, wide: bool) -> tuple[float, float]:
+    """The range a random draw spans: the fitted values' range, widened by WIDEN when
+    ``wide``."""
+    widen = WIDEN if wide else 1
+    return float(values.min()) / widen, float(values.max()) * widen
 
 
-def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame
-                ) -> AttentionConfig:
-    """One random config for ``model``'s group (may be invalid: the caller redraws).
+def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame,
+                wide: bool = False) -> AttentionConfig:
+    """One random config for ``model``'s group (may be invalid or, inside the fitted
+    ranges, outside them after all: the caller redraws).
 
     Mode: one the group was fitted on (the model has no other). Shapes: log-uniform in
-    the widened box of that mode's cells; the head width p is drawn apart from h, so d =
-    h * p is odd whenever both are. GQA/MQA (a random divisor of h) half the time where
-    the backend has it, cross-attention (m != n) 40 %, masking 30 %.
+    the fitted range of that mode's cells (``wide``: from 1/WIDEN of the smallest to WIDEN
+    times the largest); the head width p is drawn apart from h, so d = h * p is odd
+    whenever both are. GQA/MQA (a random divisor of h) half the time where the backend has
+    it, cross-attention (m != n) 40 % and masking 30 % (inside the ranges: only where the
+    group was fitted on some).
     """
     mode = str(rng.choice(list(model.seen["mode"])))
     mine = cells[cells["mode"] == mode]
     _, framework, backend, device, dtype = model.key
-    heads = _log_int(rng, *_box(mine["heads"]))
-    p = _log_int(rng, *_box(mine["d"] // mine["heads"]))
+    heads = _log_int(rng, *_box(mine["heads"], wide))
+    p = _log_int(rng, *_box(mine["d"] // mine["heads"], wide))
     kv_heads = heads
     if backend != "reference" and rng.random() < 0.5:
         kv_heads = int(rng.choice([g for g in range(1, heads + 1) if heads % g == 0]))
-    n = _log_int(rng, *_box(mine["n"]))
-    cross = bool(rng.random() < 0.4)
+    n = _log_int(rng, *_box(mine["n"], wide))
+    cross = bool(rng.random() < 0.4) and (wide or True in model.seen["cross"])
     # A decode step's n new tokens attend over m cached ones: m is its own draw there.
-    m = _log_int(rng, *_box(mine["m"])) if cross or mode == "decode" else n
+    m = _log_int(rng, *_box(mine["m"], wide)) if cross or mode == "decode" else n
     if cross and m == n:
         m = n + 1 + int(rng.integers(0, n))
+    masked = bool(rng.random() < 0.3) and (wide or True in model.seen["masked"])
     return AttentionConfig(
         framework=framework, backend=backend, device=device, dtype=dtype, mode=mode,
-        batch=_log_int(rng, *_box(mine["batch"])), n=n, m=m, d=heads * p,
-        heads=heads, kv_heads=kv_heads, cross=cross, masked=bool(rng.random() < 0.3))
+        batch=_log_int(rng, *_box(mine["batch"], wide)), n=n, m=m, d=heads * p,
+        heads=heads, kv_heads=kv_heads, cross=cross, masked=masked)
 
 
 def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataFrame],
                    size: int, seed: int, max_gflop: float = MAX_GFLOP,
-                   runnable: Callable[[AttentionConfig], None] | None = None
-                   ) -> list[tuple[Key, AttentionConfig]]:
+                   runnable: Callable[[AttentionConfig], None] | None = None,
+                   wide: bool = False) -> list[tuple[Key, AttentionConfig]]:
     """``size`` distinct configs, each for a group drawn at random from ``models``, none
-    of them a cell the group was fitted on. ``runnable`` raises ValueError (e.g.
+    of them a cell the group was fitted on; inside each model's fitted ranges (no
+    extrapolation) unless ``wide`` (see :func:`draw_config`). ``runnable`` raises ValueError (e.g.
     :func:`mhabench.measure.timing.check_runnable`) for configs this machine cannot time; those
     and configs over ``max_gflop`` model GFLOPs are redrawn."""
     if size < 1:
@@ -172,7 +180,9 @@ def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataF
             return out
         key = keys[int(rng.integers(len(keys)))]
         try:
-            config = draw_config(rng, models[key], cells[key])
+            config = draw_config(rng, models[key], cells[key], wide)
+            if not wide and models[key].extrapolation(config):
+                continue
             factor = TRAIN_FACTOR if config.mode == "train" else 1
             if cost(config).flops_model * factor > max_gflop * 1e9:
                 continue
@@ -188,25 +198,21 @@ def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataF
 
 def random_validation(frame: pd.DataFrame, models: Mapping[Key, TimeModel],
                       configs: Sequence[tuple[Key, AttentionConfig]],
-                      time_config: Callable[[AttentionConfig], Any],
-                      progress: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
-    """Time each config with ``time_config`` (returns a
-    :class:`mhabench.measure.timing.Measurement`) and compare with the model's prediction
-    and the FLOP baseline; one row per config."""
+                      measured: Mapping[AttentionConfig, Any]) -> pd.DataFrame:
+    """Compare each config's measurement (``measured[config]``, a
+    :class:`mhabench.measure.timing.Measurement`, e.g. from
+    :func:`mhabench.measure.interleaved.measure_interleaved`) with the model's prediction
+    and the FLOP baseline; one row per measured config (the others are left out)."""
     by_group = groups(frame)
     rows = []
-    for i, (key, config) in enumerate(configs, 1):
-        progress(f"[{i}/{len(configs)}] {config.id}")
-        try:
-            measured = time_config(config)
-        except UnavailableError as exc:  # e.g. a framework went missing mid-run
-            progress(f"skipped {config.id}: {exc}")
+    for key, config in configs:
+        if config not in measured:
             continue
-        model = models[key]
+        timed, model = measured[config], models[key]
         rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "config_id": config.id,
                      "config": config.to_dict(), "mode": config.mode,
-                     "measured_s": measured.median_s, "q25_s": measured.q25_s,
-                     "q75_s": measured.q75_s, "repeats": measured.repeats,
+                     "measured_s": timed.median_s, "q25_s": timed.q25_s,
+                     "q75_s": timed.q75_s, "repeats": timed.repeats,
                      "predicted_s": model.predict(config),
                      "flop_rate_s": cost(config).flops_model
                      * (TRAIN_FACTOR if config.mode == "train" else 1)

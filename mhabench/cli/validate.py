@@ -1,7 +1,9 @@
 """``mhabench validate``: time a seeded random sample of configs off the benchmark grid on
 this machine and compare them with the time model fitted to asv results (see
-:mod:`mhabench.analysis.validation`). ``--save FILE.json`` keeps the run for ``mhabench
-report --validation FILE.json``."""
+:mod:`mhabench.analysis.validation`). The sample lies inside the fitted ranges unless
+``--wide``; the configs are timed interleaved (round-robin, median per config), and a
+warning names a busy machine. ``--save FILE.json`` keeps the run for ``mhabench report
+--validation FILE.json``."""
 
 from __future__ import annotations
 
@@ -18,15 +20,24 @@ from mhabench.cli.common import CLIError, add_results_args, load_results
 def add_command(sub: Any) -> None:
     p = sub.add_parser(
         "validate", help="time random configs off the grid and compare with the time model",
-        description="Draw a seeded random sample of configs from a space wider than the "
-                    "benchmark grid, time each with mhabench.measure.timing.measure on "
-                    "this machine and report the time model's median and worst relative "
-                    "error on them.")
+        description="Draw a seeded random sample of configs off the benchmark grid, inside "
+                    "the ranges each model was fitted on (--wide: from half the smallest to "
+                    "twice the largest fitted value), time them on this machine "
+                    "interleaved (round-robin over the configs, median per config) and "
+                    "report the time model's median and worst relative error on them, "
+                    "extrapolations apart.")
     add_results_args(p)
     p.add_argument("--sample", type=int, default=24, help="configs to draw (default 24)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per config")
-    p.add_argument("--warmup", type=int, default=2, help="untimed calls per config first")
+    p.add_argument("--wide", action="store_true",
+                   help="draw from the wider box (half the smallest to twice the largest "
+                        "fitted value per field): extrapolations, reported apart")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="round-robin passes over the configs (default 5)")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="timed calls per config in each round (default 2)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed calls per config before its timed calls in each round")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: the thread count the results were timed at)")
     p.add_argument("--max-gflop", type=float, default=None,
@@ -47,7 +58,7 @@ def _threads(frame: Any, machine: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("sample", "repeats"):
+    for name in ("sample", "rounds", "repeats"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name} {getattr(args, name)} is not allowed; it must be a "
                            "positive integer")
@@ -66,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
         save_validation,
         validation_payload,
     )
-    from mhabench.measure.timing import check_runnable, configure_process, measure
+    from mhabench.measure.interleaved import measure_interleaved
+    from mhabench.measure.machine_load import DISTURBED_CORES, Window
+    from mhabench.measure.timing import check_runnable, configure_process
+
+    def say(message: str) -> None:
+        print(f"mhabench validate: {message}", file=sys.stderr, flush=True)
 
     results = load_results(args, "validate")
     models = fit_models(results.frame)
@@ -83,17 +99,28 @@ def run(args: argparse.Namespace) -> int:
     configure_process(threads)  # before JAX touches a device
     max_gflop = MAX_GFLOP if args.max_gflop is None else args.max_gflop
     configs = sample_configs(models, groups(results.frame), args.sample, args.seed, max_gflop,
-                             runnable=check_runnable)
-    errors = random_validation(
-        results.frame, models, configs,
-        lambda c: measure(c, repeats=args.repeats, warmup=args.warmup, threads=threads),
-        progress=lambda m: print(f"mhabench validate: {m}", file=sys.stderr, flush=True))
+                             runnable=check_runnable, wide=args.wide)
+    box = "the wider box (extrapolations)" if args.wide else "inside the fitted ranges"
+    say(f"{len(configs)} configs drawn {box} (seed {args.seed}); timing them interleaved, "
+        f"{args.rounds} rounds x {args.repeats} calls")
+    window = Window.open()
+    measured = measure_interleaved(
+        [c for _, c in configs], rounds=args.rounds, repeats=args.repeats,
+        warmup=args.warmup, threads=threads, progress=say,
+        on_error=lambda c, exc: say(f"skipped {c.id}: {exc}"))
+    other = window.other_cores() if window is not None else None
+    if other is not None and other >= DISTURBED_CORES:
+        say(f"warning: the machine was busy: other processes took {other:.2f} cores on "
+            "average while timing (they slow every config; rerun on a quiet machine)")
+    errors = random_validation(results.frame, models, configs, measured)
     payload = validation_payload(errors, machine=machine, results=str(args.results),
                                  seed=args.seed, sample=args.sample, threads=threads,
-                                 repeats=args.repeats, max_gflop=max_gflop)
+                                 rounds=args.rounds, repeats=args.repeats,
+                                 max_gflop=max_gflop, box="wide" if args.wide else "fitted",
+                                 other_cores=other)
     if args.save is not None:
         save_validation(payload, args.save)
-        print(f"mhabench validate: wrote {args.save}", file=sys.stderr)
+        say(f"wrote {args.save}")
     if args.json:
         print(json.dumps(payload, default=str))
         return 0
@@ -102,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         mark = "  [extrapolated: " + r["extrapolation"] + "]" if r["extrapolated"] else ""
         print(f"{r['config_id']}: measured {r['measured_s'] * 1e3:.3f} ms, predicted "
               f"{r['predicted_s'] * 1e3:.3f} ms ({100 * r['signed_error']:+.0f}%){mark}")
+    print(f"sample drawn {box}, seed {args.seed}")
     for part, label in (("all", "all"), ("inside", "inside the fitted ranges"),
                         ("extrapolated", "extrapolated")):
         p = s[part]

@@ -148,3 +148,29 @@ def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
                               max(_per_second(r, "steal_seconds") for r in records),
                               max(load1) if load1 else None, len(records))
     return loads
+
+
+@dataclass(frozen=True)
+class Window:
+    """What other processes took from the machine since :meth:`open` (outside asv too:
+    ``mhabench validate`` warns when its timings shared the machine)."""
+
+    wall: float
+    own: float
+    busy: float
+    steal: float
+
+    @classmethod
+    def open(cls) -> Window | None:
+        """A window from now, or None off Linux (no ``/proc/stat``)."""
+        stat = _proc_stat()
+        return None if stat is None else cls(time.time(), time.process_time(), *stat)
+
+    def other_cores(self) -> float:
+        """Other processes' CPU seconds per second since the window opened (this process's
+        own threads excluded), plus time the hypervisor stole."""
+        stat, seconds = _proc_stat(), time.time() - self.wall
+        if stat is None or seconds <= 0:
+            return 0.0
+        other = stat[0] - self.busy - (time.process_time() - self.own)
+        return max(0.0, other + stat[1] - self.steal) / seconds

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.decomposition import GOOD_R2, GOOD_RESIDUAL, decompose, verdict
+from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
 from mhabench.analysis.timemodel import FEATURE_LABELS, FEATURES, GROUP_KEY, MIN_CELLS
 from mhabench.analysis.validation import error_summary, leave_out
 from mhabench.core.kernels import SCORE_TERMS
@@ -227,7 +228,30 @@ def timemodel_section(ctx: Context) -> Section:
          "FLOP model, one rate": ((1e3 * errors["measured_s"]).tolist(),
                                   (1e3 * errors["flop_rate_s"]).tolist())},
         logx=True, logy=True, style="scatter", diagonal=True))
+    _residual_plots(section, errors, ctx)
     return section
+
+
+def _residual_plots(section: Section, errors: pd.DataFrame, ctx: Context) -> None:
+    """The left-out cells' signed residuals against each field: a trend names work that
+    no feature counts (the features were chosen from these plots)."""
+    from mhabench.analysis.timemodel import timing_cells
+
+    residuals = field_residuals(errors, timing_cells(ctx.timings))
+    if residuals.empty:
+        return
+    labels = residuals["framework"] + "/" + residuals["backend"]
+    for name, label in RESIDUAL_FIELDS.items():
+        series = {lab: (g[name].astype(float).tolist(), (100 * g["residual"]).tolist())
+                  for lab, g in residuals.groupby(labels, sort=True)}
+        section.plots.append(Plot(f"Left-out residual against {label}", label,
+                                  "predicted / measured - 1 (%)", series, logx=True,
+                                  style="scatter", small=True))
+    trends = field_trends(residuals)
+    section.tables.append(Table("residual-trends", "Left-out residuals against each field: "
+                                "rank correlation and verdict", trends))
+    section.text.append("Residuals against each field (left-out cells): " + "; ".join(
+        f"{r['field']}: {r['verdict']}" for r in trends.to_dict("records")) + ".")
 
 
 # ----- random validation off the grid -----------------------------------------------------
@@ -264,11 +288,17 @@ def validation_section(ctx: Context) -> Section:
                 f"worst {100 * part['worst_rel_error']:.1f}% (FLOP model "
                 f"{100 * part['flop_rate_median_rel_error']:.1f}% / "
                 f"{100 * part['flop_rate_worst_rel_error']:.1f}%)")
+    box = ("inside the ranges each model was fitted on" if data.get("box") == "fitted" else
+           "from a box wider than the fitted ranges (each size from half the smallest to "
+           "twice the largest fitted)")
+    busy = data.get("other_cores")
     section.text.append(
-        f"{len(rows)} configs drawn at random (seed {data.get('seed')}) from a space wider "
-        "than the benchmark grid (odd widths, head counts off the powers of two, n != m, GQA "
-        "ratios, masking, each size from half the smallest to twice the largest fitted), "
-        f"timed fresh on host {data.get('host')!r} against the models of machine "
+        f"{len(rows)} configs drawn at random (seed {data.get('seed')}) off the benchmark "
+        f"grid (odd widths, head counts off the powers of two, n != m, GQA ratios, masking), "
+        f"{box}, timed fresh"
+        + (f", interleaved ({data['rounds']} rounds)" if data.get("rounds") else "")
+        + (f", while other processes took {busy:.2f} cores" if busy is not None else "")
+        + f" on host {data.get('host')!r} against the models of machine "
         f"{data.get('machine')!r} ({data.get('created', '')[:19]}): the model could not have "
         "been tuned on them. Relative error, calibrated model: "
         + "; ".join((line(s["all"], "all"), line(s["inside"], "inside the fitted ranges"),

@@ -1,0 +1,118 @@
+"""The time model's features: what each kernel does, counted by the cost model.
+
+Every count comes from :func:`mhabench.core.cost.cost` (one source of FLOPs and bytes);
+here they are only arranged into the columns a fit needs. Per config (whole batch, one
+step of its mode; a training step multiplies the map, K/V and head terms by the cost
+model's ``TRAIN_FACTOR`` as it does the FLOPs):
+
+- ``flops``: the chapter's count (projections + scores + mixing) at one matmul rate. (A
+  second rate for the score and mixing FLOPs alone was tried and dropped: its fitted
+  coefficient was 0 in most groups of the quick grid and leave-out error did not move.)
+- ``map``: one per score (``batch * h * n * m``): the elementwise work (scale, mask,
+  softmax), which every kernel does, and the narrow-head penalty: a matmul over a
+  contraction of width p runs at an efficiency about p / (p + p0), so its time is
+  FLOPs / peak * (1 + p0 / p), and the extra part, score FLOPs / p = 4 * b*h*n*m, is this
+  column.
+- ``spill``: the same count where the kernel writes the map to memory
+  (:func:`mhabench.core.kernels.materialises`) and the map is larger than a cache size
+  (flash-style kernels keep it in tiles: it never spills).
+- ``kv``: key/value elements the attention reads, ``batch * m * 2 * width`` (``width``:
+  ``h_kv * p``, or ``d`` where the backend repeats K/V to every query head,
+  :data:`REPEATS_KV`); a decode step's KV cache, which its few FLOPs leave out.
+- ``kv_spill``: the same for decode steps whose stored cache is larger than a cache size
+  (it stays in a CPU cache between calls only while it fits).
+- ``heads``: a fixed cost per head (dispatch, per-head kernel launches).
+- ``const``: a fixed cost per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from mhabench.analysis.results import config_from_row
+from mhabench.core.config import DTYPE_BYTES, AttentionConfig
+from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
+
+FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
+FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
+                  "map": "per score (batch*h*n*m): softmax, narrow heads",
+                  "spill": "attention map written beyond cache",
+                  "kv": "keys/values read (batch*m*2*width)",
+                  "kv_spill": "keys/values beyond cache", "heads": "per-head fixed cost",
+                  "const": "fixed per call"}
+# Backends whose grouped-query path copies each key/value head to its g query heads
+# (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
+# h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
+# kernels take grouped K/V directly: they read the h_kv-wide tensors.
+REPEATS_KV = frozenset({"batched"})
+# Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
+CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
+
+
+def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
+                   kv_cache_bytes: float | None = None) -> dict[str, float]:
+    """The model's features for one config (see the module docstring); no spill term
+    when ``cache_bytes`` is None, no K/V spill term when ``kv_cache_bytes`` is None."""
+    terms = cost(config)
+    factor = TRAIN_FACTOR if config.mode == "train" else 1
+    elements = float(terms.attention_map_elements * factor)
+    # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
+    spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
+    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
+    keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
+    kv = float(config.batch * keys * 2 * width * factor)
+    kv_spills = kv_cache_bytes is not None and stored_kv_bytes(config) > kv_cache_bytes
+    return {"flops": float(terms.flops_model), "map": elements,
+            "spill": elements if spills else 0.0, "kv": kv,
+            "kv_spill": kv if kv_spills else 0.0,
+            "heads": float(config.heads * factor), "const": 1.0}
+
+
+def stored_kv_bytes(config: AttentionConfig) -> int:
+    """Bytes of the K/V cache (h_kv wide, the m + 1 positions it holds after the write) a
+    decode step re-reads every call; 0 for the other modes, whose K/V are fresh."""
+    if config.mode != "decode":
+        return 0
+    keys = step_lengths(config)[1]
+    return config.batch * keys * 2 * config.kv_heads * config.head_dim * DTYPE_BYTES[config.dtype]
+
+
+@dataclass(frozen=True)
+class CellFeatures:
+    """The features of a set of cells, computed once: the matrix without the spill terms,
+    and what decides the spill terms for any cache size (so a fit can try every size
+    without rebuilding configs)."""
+
+    base: np.ndarray  # one row of FEATURES per cell; spill columns zero
+    map_bytes: np.ndarray  # bytes of each cell's map as its kernel writes it (0: tiles)
+    stored_kv_bytes: np.ndarray  # bytes of each decode cell's stored K/V cache; 0 otherwise
+
+    @classmethod
+    def of(cls, cells: pd.DataFrame) -> CellFeatures:
+        configs = [config_from_row(r) for r in cells.to_dict("records")]
+        base = np.array([[feature_values(c)[f] for f in FEATURES] for c in configs],
+                        dtype=float).reshape(-1, len(FEATURES))
+        maps = [cost(c).attention_map_bytes for c in configs]
+        kv = [stored_kv_bytes(c) for c in configs]
+        return cls(base, np.array(maps, dtype=float), np.array(kv, dtype=float))
+
+    def matrix(self, cache_bytes: float | None = None,
+               kv_cache_bytes: float | None = None) -> np.ndarray:
+        """The same as :func:`feature_values` row by row, for these cache sizes."""
+        X = self.base.copy()
+        if cache_bytes is not None:
+            spills = self.map_bytes > cache_bytes
+            X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
+        if kv_cache_bytes is not None:
+            spills = self.stored_kv_bytes > kv_cache_bytes
+            X[spills, FEATURES.index("kv_spill")] = X[spills, FEATURES.index("kv")]
+        return X
+
+
+def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None,
+                   kv_cache_bytes: float | None = None) -> np.ndarray:
+    """One row of :data:`FEATURES` per cell (cells hold the config columns)."""
+    return CellFeatures.of(cells).matrix(cache_bytes, kv_cache_bytes)
