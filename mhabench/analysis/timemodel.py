@@ -5,20 +5,8 @@ For one machine x framework x backend x device x dtype, a config's time is model
     t = c_flops * flops_model + c_map * map_elements + c_spill * spilled_map_elements
         + c_kv * kv_elements + c_kv_spill * spilled_kv_elements + c_heads * heads + c_const
 
-``flops_model`` is the chapter's FLOP count, ``map_elements`` the ``batch * h * n * m``
-attention-map elements each step writes and reads, ``spilled_map_elements`` the same count
-for steps whose map is larger than a cache size (0 otherwise: an element that spills to
-memory costs more than one that stays in cache), ``kv_elements`` the key and value
-elements the attention step reads (``batch * m * 2 * width``: in a decode step the KV
-cache itself, which the FLOP count leaves out entirely, since a one-token step is bound by
-reading the cache, not by its few FLOPs; ``width`` is the key/value width ``h_kv * d/h``,
-or ``d`` for backends that materialise K/V repeated to every query head, see
-:data:`REPEATS_KV`), ``spilled_kv_elements`` the same count for decode steps whose stored
-K/V cache (``batch * m * 2 * h_kv * d/h`` elements) is larger than a cache size (a decode
-step re-reads the cache every call; it stays in a CPU cache between calls only while it
-fits; forward K/V are fresh activations), ``heads`` a fixed cost per head (dispatch,
-kernel launches); a training step multiplies the map, K/V and head terms by the cost model's
-``TRAIN_FACTOR`` as it does the FLOPs. The map's cache size is calibrated per
+with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
+is there; every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
 group too: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one
 with the smallest relative residuals. The K/V cache size is a machine's, chosen the same
 way over all its groups together (:func:`fit_machine`); few decode cells per group could

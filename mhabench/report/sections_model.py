@@ -9,7 +9,13 @@ import pandas as pd
 
 from mhabench.analysis.decomposition import GOOD_R2, GOOD_RESIDUAL, decompose, verdict
 from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
-from mhabench.analysis.timemodel import FEATURE_LABELS, FEATURES, GROUP_KEY, MIN_CELLS
+from mhabench.analysis.timemodel import (
+    FEATURE_LABELS,
+    FEATURES,
+    GROUP_KEY,
+    MIN_CELLS,
+    timing_cells,
+)
 from mhabench.analysis.validation import error_summary, leave_out
 from mhabench.core.kernels import SCORE_TERMS
 from mhabench.report.context import (
@@ -235,8 +241,6 @@ def timemodel_section(ctx: Context) -> Section:
 def _residual_plots(section: Section, errors: pd.DataFrame, ctx: Context) -> None:
     """The left-out cells' signed residuals against each field: a trend names work that
     no feature counts (the features were chosen from these plots)."""
-    from mhabench.analysis.timemodel import timing_cells
-
     residuals = field_residuals(errors, timing_cells(ctx.timings))
     if residuals.empty:
         return
