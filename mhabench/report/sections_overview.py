@@ -176,7 +176,7 @@ def exercise_section(ctx: Context) -> Section:
         "Exercise 6.4 asks whether h is free at fixed d: at fixed d the FLOP model does not "
         "change with h, while the score elements b*h*n*m grow with it. The sweep shown is "
         "the chapter's (batch 8, n 512, d 256, forward) where it was timed, else the "
-        "forward sweep over the most head counts.")
+        "forward sweep over the most head counts (the quick grid's is at batch 2).")
     section.text += _exercise_text(ex) if len(ex) else [
         f"No sweep over {MIN_SWEEP} or more head counts: too few h for a trend."]
     section.plots = sweep_plots(main, "time (ms)", lambda g: g["time_ms"].tolist(),
