@@ -2,8 +2,8 @@
 
 The one-factor sweeps of the asv grids vary one field at a time around a few centres, so a
 fit per backend sees almost no interactions (n x h, m x h_kv, batch x d, the head width
-p = d/h). :func:`calibration_design` draws a scrambled Latin hypercube
-(:class:`scipy.stats.qmc.LatinHypercube`) over log n, log m, log d, log p, the key/value
+p = d/h). :func:`calibration_design` draws the first points of a scrambled Sobol sequence
+(:class:`scipy.stats.qmc.Sobol`) over log n, log m, log d, log p, the key/value
 head ratio, log batch, mode, cross-attention and masking, inside :data:`QUICK_BOX` (the
 ranges the quick grid runs on a 2-core CPU), and turns each point into the shape fields of
 an :class:`~mhabench.core.config.AttentionConfig`. It is pure arithmetic on a seed: the
@@ -23,9 +23,9 @@ from scipy.stats import qmc
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost
 
-# The hypercube's axes, in order (each a uniform [0, 1) coordinate of a point).
+# The design's axes, in order (each a uniform [0, 1) coordinate of a point).
 AXES = ("n", "m", "d", "p", "kv", "batch", "mode", "cross", "masked")
-SEED = 20  # the issue's number: a fixed seed, so benchmark ids never move
+SEED = 20  # fixed: the same points, so the same asv benchmark ids, on every run
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def _kv_heads(u: float, heads: int) -> int:
 
 
 def point_fields(u: np.ndarray, box: Box = QUICK_BOX) -> dict[str, Any]:
-    """The config shape fields of one hypercube point ``u`` (one coordinate per axis of
+    """The config shape fields of one design point ``u`` (one coordinate per axis of
     :data:`AXES`); a point over ``box.max_gflop`` is shrunk (batch first, then n and m)."""
     c = dict(zip(AXES, map(float, u), strict=True))
     d = _log_level(c["d"], *box.d)
