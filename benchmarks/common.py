@@ -257,7 +257,8 @@ class AttentionBenchmark(abc.ABC):
             cls.skip_params = skip_cells(names, params, cls.keep)
 
             def memory_cell(c: AttentionConfig) -> bool:
-                return cls.keep(c) and cls.keep_memory(c)
+                # records_memory False: no memory process of either kind (nor the RSS one)
+                return cls.records_memory and cls.keep(c) and cls.keep_memory(c)
 
             if cls.records_memory:  # none: no method (an all-skipped one still costs ~0.6 s)
                 cls.track_step_bytes = _track_memory_method(

@@ -89,20 +89,22 @@ def test_design_classes_name_the_config_they_time() -> None:
         if name.startswith("Design"):
             cells = [[v[0] for v in cls.params]]
             out.append([name, cls.param_names, config_of(cls.param_names, cells[0]).to_dict(),
-                        len(cls.params[1]), hasattr(cls, "track_kernel")
-                        or hasattr(cls, "track_step_bytes")])
+                        len(cls.params[1]), [m for m in ("track_kernel", "track_step_bytes",
+                                                         "track_step_rss_bytes")
+                                             if hasattr(cls, m)]])
     print(json.dumps(out))
     """
-    for grid, size in (("tiny", 2), ("quick", 8)):
+    # full: every other class's CPU memory cell also gets the RSS cross-check there
+    for grid, size in (("tiny", 2), ("quick", 8), ("full", 32)):
         done = run_python(code, {"MHABENCH_GRID": grid})
         assert done.returncode == 0, done.stderr
         classes = json.loads(done.stdout.splitlines()[-1])
         assert len(classes) == size
         points = calibration_design(size, box=TINY_BOX if grid == "tiny" else QUICK_BOX)
-        for (_, names, config, backends, kernel), point in zip(classes, points, strict=True):
+        for (_, names, config, backends, tracks), point in zip(classes, points, strict=True):
             assert names[-1] == "threads" and "threads" not in config
             assert {k: config[k] for k in point} == point  # the parameters are the point
-            assert not kernel  # time only: no kernel or memory process
+            assert tracks == [], (grid, tracks)  # time only: no kernel or memory process
             assert backends == (2 if grid == "tiny" else 5)
 
 
