@@ -129,4 +129,7 @@ def test_training_step_memory_grows_with_n_not_with_the_map() -> None:
     blockwise = [measured("blockwise", n) for n in (512, 1024)]
     assert batched > 3 * map_growth  # scores, weights and their gradients
     assert blockwise[1] - blockwise[0] < map_growth
-    assert blockwise[1] < 2.5 * blockwise[0]
+    # JAX's reading of blockwise is a few KiB here (its tiles live in XLA's buffer plan):
+    # 1 MiB of slack, or a ratio of two near-zero readings fails on noise (8 KiB -> 84 KiB
+    # in one CI run under load); the map's 24 MiB growth still fails it
+    assert blockwise[1] < 2.5 * blockwise[0] + 2**20

@@ -129,7 +129,10 @@ _FRESH = """
 """
 
 
+# timing: asv takes each memory reading alone; beside two more jobs on 2 cores one JAX
+# reading in five came out 1.6 % off (4.1 MiB more; the cause is not established).
 @pytest.mark.slow
+@pytest.mark.timing
 def test_one_cell_reads_the_same_in_fresh_processes(tmp_path: Path) -> None:
     """torch batched (h = 16) and JAX batched (h = 64), each in five fresh processes: the
     live peak agrees within 1 %. torch's holds the two maps its step keeps at once; JAX's
