@@ -9,25 +9,11 @@ caches as they are between asv's back-to-back samples, then ``repeats`` timed ca
 
 from __future__ import annotations
 
-import gc
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.timing import Measurement, configure_process, prepare
-
-
-def _timed(step: Callable[[], Any]) -> float:
-    enabled = gc.isenabled()
-    gc.disable()  # as asv's timer (timeit) does
-    try:
-        start = time.perf_counter()
-        step()
-        return time.perf_counter() - start
-    finally:
-        if enabled:
-            gc.enable()
+from mhabench.measure.timing import Measurement, configure_process, prepare, timed_call
 
 
 def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
@@ -59,5 +45,5 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
         for config, step in steps.items():
             for _ in range(warmup):
                 step()
-            times[config].extend(_timed(step) for _ in range(repeats))
+            times[config].extend(timed_call(step) for _ in range(repeats))
     return {c: Measurement(c, tuple(t), used) for c, t in times.items()}

@@ -251,6 +251,20 @@ class Measurement:
                 "times_s": list(self.times_s)}
 
 
+def timed_call(step: Callable[[], Any]) -> float:
+    """Seconds of one call of ``step``, with Python's garbage collector paused during the
+    call, as asv's timer (timeit) does."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def measure(config: AttentionConfig, repeats: int = 7, warmup: int = 2,
             threads: int | None = None) -> Measurement:
     """Time ``repeats`` calls of the prepared step for ``config``, one call per sample with
@@ -259,17 +273,5 @@ def measure(config: AttentionConfig, repeats: int = 7, warmup: int = 2,
         raise ValueError(f"repeats={repeats} is not allowed; it must be at least 1")
     used = configure_process(threads)
     step = prepare(config, warmup)
-    times = []
-    enabled = gc.isenabled()
-    try:
-        for _ in range(repeats):
-            gc.disable()
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-            if enabled:
-                gc.enable()
-    finally:
-        if enabled:
-            gc.enable()
+    times = [timed_call(step) for _ in range(repeats)]
     return Measurement(config, tuple(times), used)
