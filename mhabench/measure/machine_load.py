@@ -65,12 +65,9 @@ def asv_cell(benchmark: str, params: Sequence[Any]) -> str:
     return f"{benchmark}({', '.join(map(repr, params))})" if params else benchmark
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Start:
-    wall: float
-    own: float
-    busy: float
-    steal: float
+    window: Window
     load1: float | None
     name: str
 
@@ -81,26 +78,26 @@ _start: _Start | None = None  # this process's window (asv times one cell per pr
 def start() -> None:
     """Open this process's window (the first call; later calls do nothing)."""
     global _start
-    stat = _proc_stat()
-    if _start is None and stat is not None and load_dir() is not None:
-        _start = _Start(time.time(), time.process_time(), *stat, _load1(),
-                        f"{time.time_ns()}-{os.getpid()}.json")
+    window = Window.open() if _start is None and load_dir() is not None else None
+    if window is not None:
+        _start = _Start(window, _load1(), f"{time.time_ns()}-{os.getpid()}.json")
 
 
 def record(benchmark: str, params: Sequence[Any]) -> None:
     """Write this process's record, from :func:`start` up to now, for the cell
     ``benchmark(params)``; nothing before :func:`start`. Never raises: recording must not
     fail a benchmark."""
-    stat, folder = _proc_stat(), load_dir()
-    if _start is None or stat is None or folder is None:
+    folder = load_dir()
+    used = _start.window.used() if _start is not None else None
+    if used is None or folder is None:
         return
     commit, env = os.environ.get("ASV_COMMIT", "unknown"), os.environ.get("ASV_ENV_NAME", "")
+    seconds, other, steal = used
     data = {"version": 1, "commit": commit, "env_name": env,
-            "cell": asv_cell(benchmark, params), "pid": os.getpid(), "start": _start.wall,
-            "seconds": time.time() - _start.wall, "cpus": os.cpu_count(),
-            "other_cpu_seconds": max(0.0, stat[0] - _start.busy
-                                     - (time.process_time() - _start.own)),
-            "steal_seconds": stat[1] - _start.steal, "load1": [_start.load1, _load1()]}
+            "cell": asv_cell(benchmark, params), "pid": os.getpid(),
+            "start": _start.window.wall, "seconds": seconds, "cpus": os.cpu_count(),
+            "other_cpu_seconds": max(0.0, other), "steal_seconds": steal,
+            "load1": [_start.load1, _load1()]}
     path = folder / f"{commit[:8]}-{env}" / _start.name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,11 +163,21 @@ class Window:
         stat = _proc_stat()
         return None if stat is None else cls(time.time(), time.process_time(), *stat)
 
-    def other_cores(self) -> float:
-        """Other processes' CPU seconds per second since the window opened (this process's
-        own threads excluded), plus time the hypervisor stole."""
-        stat, seconds = _proc_stat(), time.time() - self.wall
-        if stat is None or seconds <= 0:
-            return 0.0
+    def used(self) -> tuple[float, float, float] | None:
+        """Since the window opened: wall seconds, other processes' CPU seconds (this
+        process's own threads excluded) and seconds the hypervisor stole; None without
+        ``/proc/stat``."""
+        stat = _proc_stat()
+        if stat is None:
+            return None
         other = stat[0] - self.busy - (time.process_time() - self.own)
-        return max(0.0, other + stat[1] - self.steal) / seconds
+        return time.time() - self.wall, other, stat[1] - self.steal
+
+    def other_cores(self) -> float:
+        """Other processes' CPU seconds per second since the window opened, plus time the
+        hypervisor stole."""
+        used = self.used()
+        if used is None or used[0] <= 0:
+            return 0.0
+        seconds, other, steal = used
+        return max(0.0, other + steal) / seconds
