@@ -125,3 +125,25 @@ def test_rounds_import_only_the_frameworks_their_cells_name() -> None:
     assert preimport([r"time_step\('jax', "]) == ["jax"]
     assert preimport([r"time_step\('jax', ", "bench_heads"]) == ["torch", "jax"]
     assert preimport([]) == ["torch", "jax"]
+
+
+def test_rounds_never_record_load_into_a_history_load_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history's MHABENCH_LOAD_DIR in the caller's environment does not reach the
+    rounds: their records are keyed by commit and cell, so ``mhabench confirm``'s rounds
+    there recast the confirmed cell's load in the history (a second verdict for the cell
+    in the next report, seen in CI)."""
+    import mhabench.suite.gate as gate_module
+
+    seen = []
+
+    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.append(kwargs["env"])
+        return subprocess.CompletedProcess(cmd, 0, gate_module.VERDICT_LINES[0], "")
+
+    monkeypatch.setenv("MHABENCH_LOAD_DIR", str(tmp_path / "history-load"))
+    monkeypatch.setattr(gate_module.subprocess, "run", run)
+    gate_module._continuous(tmp_path / "stage" / "asv.conf.json", (), 1.1, [CELL], "a", "b",
+                            (), tmp_path, lambda text: None)
+    assert len(seen) == 1 and "MHABENCH_LOAD_DIR" not in seen[0]
+    assert seen[0]["MHABENCH_PREIMPORT"] == "torch,jax"

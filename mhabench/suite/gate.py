@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mhabench.core.config import FRAMEWORKS
+from mhabench.measure.machine_load import LOAD_DIR_ENV
 from mhabench.suite.asv_config import write_config
 
 FACTOR = 1.12  # a change: asv's test significant and the ratio beyond this (confirmation)
@@ -139,6 +140,10 @@ def _continuous(config: Path, options: Sequence[str], factor: float,
     # Each round starts asv's forkserver for a few cells: import up front only the
     # frameworks the cells name, no compiler (benchmarks/common.py): 3-6 s a start.
     env = {**os.environ, "MHABENCH_PREIMPORT": ",".join(preimport(benches))}
+    # The rounds' machine-load records go beside their own config (machine_load's default),
+    # never into a history's MHABENCH_LOAD_DIR: they are keyed by commit and cell, so a
+    # confirmation's 32 processes there would recast that cell's load in the history.
+    env.pop(LOAD_DIR_ENV, None)
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     log = done.stdout + done.stderr
     echo(log)
