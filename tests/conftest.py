@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = "tiny-asv-run" if "tiny_asv_run" in getattr(item, "fixturenames", ()) else (
             item.path.name)
         item.add_marker(pytest.mark.xdist_group(group))
+    # That group first (the longest: it starts first), the Slurm test first in it: it
+    # starts the shared run and works beside it (``overlaps_tiny_run``).
+    def order(item: pytest.Item) -> int:
+        if "tiny_asv_run" not in getattr(item, "fixturenames", ()):
+            return 2
+        return 0 if item.get_closest_marker("overlaps_tiny_run") else 1
+
+    items.sort(key=order)
 
 
 @pytest.fixture
@@ -60,23 +69,40 @@ def _machine_home(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
 class TinyRun:
-    """What one asv run of the whole suite on the tiny grid left: its exit status and log,
-    and its results folder (machine ``pytest-machine``)."""
+    """One asv run of the whole suite on the tiny grid, started in the background: its
+    exit status and log (each waits for the run to end), and its results folder (machine
+    ``pytest-machine``)."""
 
-    returncode: int
-    log: str
-    results: Path
+    def __init__(self, process: subprocess.Popen, log: Path, results: Path) -> None:
+        self._process, self._log, self.results = process, log, results
+
+    def wait(self, timeout: float = 1500) -> int:
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            raise
+
+    @property
+    def returncode(self) -> int:
+        return self.wait()
+
+    @property
+    def log(self) -> str:
+        self.wait()
+        return self._log.read_text()
 
 
 @pytest.fixture(scope="session")
-def tiny_asv_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+def tiny_asv_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyRun]:
     """``asv run --quick`` (one sample a cell) of every benchmark on the tiny grid, run
     once for the tests that read it (the smoke in test_asv_suite.py, the plug-in's cells
-    in test_plugins.py). The README's example backend is loaded the way the README says
-    (``ASV_PYTHONPATH``, ``MHABENCH_BACKENDS``), so its cells run beside the suite's own.
-    The suite's asv.conf.json with its results kept in a temporary folder."""
+    in test_plugins.py, the Slurm shards in test_shard.py). It runs in the background:
+    the Slurm test, first of the group, starts its cluster beside it and reads the
+    results only at its end. The README's example backend is loaded the way the README
+    says (``ASV_PYTHONPATH``, ``MHABENCH_BACKENDS``), so its cells run beside the suite's
+    own. The suite's asv.conf.json with its results kept in a temporary folder."""
     from asv.util import load_json
 
     tmp = tmp_path_factory.mktemp("tiny-asv")
@@ -89,8 +115,14 @@ def tiny_asv_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     (tmp / "asv.conf.json").write_text(json.dumps(conf))
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], text=True,
                             capture_output=True, check=True).stdout.strip()
-    done = subprocess.run([sys.executable, "-m", "asv", "run", "--quick", "--python=same",
-                           "--machine", "pytest-machine", "--set-commit-hash", commit,
-                           "--show-stderr"], cwd=tmp, env=env, text=True,
-                          capture_output=True, timeout=1200)
-    return TinyRun(done.returncode, done.stdout + done.stderr, tmp / "results")
+    log = tmp / "asv.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "asv", "run", "--quick", "--python=same", "--machine",
+             "pytest-machine", "--set-commit-hash", commit, "--show-stderr"], cwd=tmp,
+            env=env, text=True, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    run = TinyRun(process, log, tmp / "results")
+    yield run
+    if process.poll() is None:  # the session ended before a test waited for it
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

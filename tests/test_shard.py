@@ -255,6 +255,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.overlaps_tiny_run
 def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
         tmp_path: Path, asv_home: dict[str, str], tiny_asv_run) -> None:
     """Two modules of the tiny grid (bench_heads with the README's plug-in, bench_decode:
@@ -267,7 +268,6 @@ def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
     if why and not os.environ.get("CI"):
         pytest.skip(why)
     assert why is None, why  # CI installs Slurm (.ci/run): never skipped there
-    assert tiny_asv_run.returncode == 0, tiny_asv_run.log[-3000:]
     cluster = slurm_cluster.start(tmp_path / "slurm")
     try:
         env = {**cluster.env, **asv_home, "MHABENCH_BACKENDS": "plain_attention",
@@ -311,6 +311,7 @@ def test_the_tiny_grid_through_slurm_equals_the_unsharded_run(
         assert f"{len(partial)} of" in rerun and "already done" in rerun
     finally:
         cluster.stop()
+    assert tiny_asv_run.returncode == 0, tiny_asv_run.log[-3000:]  # waits for the run
     commit = load_plan(plan).commit
     for cells in (done_cells, finite_cells):  # every cell; the measured ones
         merged = cells(tmp_path / "merged", "pytest-machine", commit)
