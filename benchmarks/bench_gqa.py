@@ -3,8 +3,9 @@ multi-query (kv_heads = 1) attention at the chapter's shape.
 
 The framework layers (``reference``) support MHA only: their GQA/MQA cells show n/a. The
 newer backends (torch.compile, FlexAttention, JAX blockwise) take the grouped cell only on
-the quick grid (its time budget), and no memory process there (their memory is in the
-Exercise 6.4 sweep); every cell on the full one.
+the quick grid (its time budget); every cell on the full one. The quick grid runs no
+memory process here: grouping changes the step's memory through its KV cache, which
+bench_decode measures at the same three group counts; tiny and full measure it here too.
 """
 
 from .common import (
@@ -12,6 +13,7 @@ from .common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,
+    GRID,
     GRID_NEW_BACKENDS,
     THREADS,
     AttentionBenchmark,
@@ -29,4 +31,5 @@ class MhaGqaMqa(AttentionBenchmark):
               grid(tiny=[4, 1], quick=[16, 4, 1], full=[32, 8, 4, 1]),
               DEVICE_PARAMS, DTYPES, [THREADS]]
     keep = staticmethod(newer_backends_where(lambda c: c.kv_heads not in (c.heads, 1)))
+    records_memory = GRID != "quick"  # the quick grid's budget (module docstring)
     keep_memory = staticmethod(newer_backends_where(lambda c: False))

@@ -4,7 +4,16 @@ Four or more points per curve, so the report can fit the n^2 d (scores, mixing) 
 (projections) terms of the 8nd^2 + 4n^2 d model and see the per-head overhead it leaves out.
 """
 
-from .common import BACKENDS, DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
+from .common import (
+    BACKENDS,
+    DEVICE_PARAMS,
+    DTYPES,
+    FRAMEWORKS,
+    GRID,
+    THREADS,
+    AttentionBenchmark,
+    grid,
+)
 
 SCALING_BACKENDS = grid(tiny=["fused"], quick=["batched", "fused"], full=BACKENDS)
 HEADS = grid(tiny=[4], quick=[8], full=[1, 8, 64])
@@ -28,6 +37,9 @@ class ScalingInD(AttentionBenchmark):
     """Width d at fixed sequence length n."""
 
     records_kernel = False  # head widths d/h >= 16 here: the same kernel as bench_heads
+    # d changes no b*h*n*m term, the memory model's subject: ScalingInN and the head sweep
+    # measure how memory grows on the quick grid (its budget); tiny and full also here.
+    records_memory = GRID != "quick"
 
     param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
                    "threads"]
