@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from mhabench.core import backends
@@ -73,7 +74,11 @@ THREADS = timing.configure_process()
 # cell's process, paid once here instead (importing starts no compile worker, so forking
 # after it is safe). Each costs seconds per forkserver start, so mhabench gate, whose
 # rounds each start one for a few cells, names only its cells' frameworks.
-PREIMPORT = list_from_env("MHABENCH_PREIMPORT", ["torch", "jax", "compiler"],
+# asv's discovery process (``benchmark.py discover``) only lists the classes and forks
+# nothing: the default imports none there (10-15 s of every asv run and gate round).
+_DISCOVERY = sys.argv[1:2] == ["discover"] and Path(sys.argv[0]).name == "benchmark.py"
+PREIMPORT = list_from_env("MHABENCH_PREIMPORT",
+                          ["none"] if _DISCOVERY else ["torch", "jax", "compiler"],
                           ("torch", "jax", "compiler", "none"))
 for _framework, _modules in (("torch", ("torch",)), ("jax", ("jax", "flax.nnx"))):
     if _framework in PREIMPORT and framework_installed(_framework):

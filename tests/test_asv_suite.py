@@ -278,3 +278,21 @@ def test_main_job_keeps_earlier_results_and_writes_a_new_report() -> None:
     assert "--append-samples" in asv_run and "--record-samples" in asv_run
     assert "--quick" not in asv_run  # --quick would overwrite stored results
     assert "mhabench report" in text and "$(date -u" in text  # a new file each run
+
+
+def test_asv_discovery_imports_no_framework_up_front() -> None:
+    """asv's discovery process (``benchmark.py discover``) forks no cell: the default
+    imports neither framework there; the forkserver (``run_server``) imports both."""
+    code = """
+    import json, sys
+    sys.argv = ["/env/lib/asv/benchmark.py", sys.argv[1], "benchmarks", "out.json"]
+    import benchmarks.common as common
+    print(json.dumps([common.PREIMPORT, "jax" in sys.modules]))
+    """
+    seen = {}
+    for command in ("discover", "run_server"):
+        done = run([sys.executable, "-c", textwrap.dedent(code), command])
+        assert done.returncode == 0, done.stderr
+        seen[command] = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"discover": [["none"], False],
+                    "run_server": [["torch", "jax", "compiler"], True]}
