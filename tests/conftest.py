@@ -81,8 +81,14 @@ class TinyRun:
         try:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self._process.kill()
+            self.stop()
             raise
+
+    def stop(self) -> None:
+        """Kill the run with its forkserver and cells (its own session), if still running."""
+        if self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
 
     @property
     def returncode(self) -> int:
@@ -123,6 +129,4 @@ def tiny_asv_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyRun]:
             env=env, text=True, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     run = TinyRun(process, log, tmp / "results")
     yield run
-    if process.poll() is None:  # the session ended before a test waited for it
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    run.stop()  # the session ended before a test waited for it
