@@ -17,8 +17,6 @@ test_asv_suite.py runs it on a module of the quick grid).
 from __future__ import annotations
 
 import argparse
-import importlib
-import itertools
 import json
 import statistics
 import sys
@@ -27,28 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def time_benchmarks(pattern: str) -> list[tuple[str, int, tuple]]:
-    """(benchmark name, parameter index, cell) of every runnable time_ cell matching."""
+def time_benchmarks(pattern: str) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(benchmark name, parameter index, value reprs) of every runnable time_ cell whose
+    asv name matches ``pattern`` (the suite's one cell listing, in this process)."""
     import re
 
+    from mhabench.suite.cells import cell_rows, cells_of
+
     sys.path.insert(0, str(ROOT))
-    found = []
-    for path in sorted((ROOT / "benchmarks").glob("bench_*.py")):
-        module = importlib.import_module(f"benchmarks.{path.stem}")
-        for cls_name, cls in vars(module).items():
-            if not isinstance(cls, type) or cls.__module__ != module.__name__:
-                continue
-            params = getattr(cls, "params", None)
-            if not isinstance(params, list):
-                continue
-            for method in (m for m in dir(cls) if m.startswith("time_")):
-                name = f"{path.stem}.{cls_name}.{method}"
-                skip = set(getattr(cls, "skip_params", []))
-                for index, cell in enumerate(itertools.product(*params)):
-                    label = f"{name}({', '.join(map(repr, cell))})"
-                    if cell not in skip and re.search(pattern, label):
-                        found.append((name, index, cell))
-    return found
+    return [(cell.benchmark, cell.index, cell.values) for cell in cells_of(cell_rows())
+            if cell.kind == "time" and re.search(pattern, cell.name)]
 
 
 def compare(name: str, index: int, rounds: int) -> dict:

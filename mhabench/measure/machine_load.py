@@ -1,12 +1,18 @@
 """What else the machine did while a cell was timed: the CPU time other processes took.
 
 A timing process of the asv suite records, from its first sample to its last, the
-machine's busy CPU time (``/proc/stat``) minus its own (``time.process_time``), the time
-the hypervisor stole from this VM, and the load average: one small JSON file per process
-(:func:`start` before the first sample, :func:`record` after each: asv ends its processes
-with ``os._exit``, so nothing runs after the last one). :func:`read_records` gathers them
-per asv cell; ``mhabench.analysis.regressions`` marks a run or a cell as disturbed from
-them, since a second job on a 2-core machine slows every cell it shares the machine with.
+machine's busy CPU time (``/proc/stat``) minus its own and its descendants' (compile
+workers are subprocesses), the time the hypervisor stole from this VM, and the load
+average: one small JSON file per process (:func:`start` before the first sample,
+:func:`record` from the benchmark's teardown: asv ends its processes with ``os._exit``, so
+nothing runs after the last one). asv's runner calls teardown between samples too, to
+re-run setup; writing the file there put 0.2-0.4 ms of file-system work before every timed
+call, and a sub-millisecond step then read 1.9-2.2x its steady-state time (6 decode cells,
+``tests/asv_vs_measure.py`` with records on and off). So between samples nothing is
+written; the teardown after the last sample writes the record, covering the same window.
+:func:`read_records` gathers them per asv cell; ``mhabench.analysis.regressions`` marks a
+run or a cell as disturbed from them, since a second job on a 2-core machine slows every
+cell it shares the machine with.
 
 Where: ``$MHABENCH_LOAD_DIR``, else ``$ASV_CONF_DIR/.asv/load`` (beside asv's default
 ``.asv/results``), in ``<commit[:8]>-<env>/``. Outside asv (no ``ASV_COMMIT``) nothing is
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +48,36 @@ def _proc_stat() -> tuple[float, float] | None:
     busy = sum(fields[:3]) + sum(fields[5:7])
     steal = fields[7] if len(fields) > 7 else 0
     return busy / _TICK, steal / _TICK
+
+
+def _family_cpu() -> float:
+    """CPU seconds of this process, its children that ended, and its live descendants
+    (torch.compile's and XLA's compile workers run as subprocesses: their work is this
+    cell's, not another job's)."""
+    import resource
+
+    total = time.process_time()
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total += ended.ru_utime + ended.ru_stime
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return total
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        parents[pid] = int(fields[1])  # after "pid (comm)": state, ppid, ..., utime, stime
+        ticks[pid] = int(fields[11]) + int(fields[12])
+    family, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - family
+        family |= frontier
+    return total + sum(ticks[pid] for pid in family) / _TICK
 
 
 def _load1() -> float | None:
@@ -85,8 +122,10 @@ def start() -> None:
 
 def record(benchmark: str, params: Sequence[Any]) -> None:
     """Write this process's record, from :func:`start` up to now, for the cell
-    ``benchmark(params)``; nothing before :func:`start`. Never raises: recording must not
-    fail a benchmark."""
+    ``benchmark(params)``; nothing before :func:`start`, nor between two samples (see the
+    module docstring). Never raises: recording must not fail a benchmark."""
+    if _between_samples():
+        return
     folder = load_dir()
     used = _start.window.used() if _start is not None else None
     if used is None or folder is None:
@@ -106,6 +145,19 @@ def record(benchmark: str, params: Sequence[Any]) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def _between_samples() -> bool:
+    """True when asv's runner tears the benchmark down only to set it up again before the
+    next sample (its ``Benchmark.redo_setup``), not after the last one."""
+    frame = sys._getframe(2)
+    for _ in range(4):  # record <- teardown <- do_teardown <- redo_setup
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "redo_setup" and "asv_runner" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @dataclass(frozen=True)
@@ -161,16 +213,16 @@ class Window:
     def open(cls) -> Window | None:
         """A window from now, or None off Linux (no ``/proc/stat``)."""
         stat = _proc_stat()
-        return None if stat is None else cls(time.time(), time.process_time(), *stat)
+        return None if stat is None else cls(time.time(), _family_cpu(), *stat)
 
     def used(self) -> tuple[float, float, float] | None:
         """Since the window opened: wall seconds, other processes' CPU seconds (this
-        process's own threads excluded) and seconds the hypervisor stole; None without
-        ``/proc/stat``."""
+        process's own threads and its descendants excluded) and seconds the hypervisor
+        stole; None without ``/proc/stat``."""
         stat = _proc_stat()
         if stat is None:
             return None
-        other = stat[0] - self.busy - (time.process_time() - self.own)
+        other = stat[0] - self.busy - (_family_cpu() - self.own)
         return time.time() - self.wall, other, stat[1] - self.steal
 
     def other_cores(self) -> float:
