@@ -129,7 +129,8 @@ def test_training_step_memory_grows_with_n_not_with_the_map() -> None:
     blockwise = [measured("blockwise", n) for n in (512, 1024)]
     assert batched > 3 * map_growth  # scores, weights and their gradients
     assert blockwise[1] - blockwise[0] < map_growth
-    # JAX's reading of blockwise is a few KiB here (its tiles live in XLA's buffer plan):
-    # 1 MiB of slack, or a ratio of two near-zero readings fails on noise (8 KiB -> 84 KiB
-    # in one CI run under load); the map's 24 MiB growth still fails it
+    # blockwise's tiles live in XLA's buffer plan, which the reading takes where the heap
+    # saw less (6.1 and 12.2 MiB here, whichever step ran first: a heap reading alone read
+    # 0.1 MiB or 11.9 MiB at n = 1024 by that order and failed in CI); 1 MiB of slack
+    assert blockwise[0] > 4 * 2**20  # the tiles are in it: a floor, not the heap's few KiB
     assert blockwise[1] < 2.5 * blockwise[0] + 2**20

@@ -118,6 +118,43 @@ def test_inside_fresh_large_blocks_a_free_heap_chunk_cannot_take_a_large_block()
     assert done.stdout.split() == ["True", "False"]
 
 
+_FIRST_STEP = """
+    from mhabench.core.config import AttentionConfig
+    from mhabench.measure import memory, timing
+    config = AttentionConfig(framework="jax", backend="blockwise", mode="train", batch=1,
+                             n=1024, d=64, heads=8)
+    step = timing.prepare(config)  # the process's first step, as in asv's memory process
+    reading = memory.step_memory(config, step)
+    print(reading.bytes, memory.xla_buffer_bytes(step))
+"""
+
+
+def test_a_jax_step_reads_at_least_its_buffer_plan_when_first_in_its_process() -> None:
+    """XLA:CPU's planned temporaries (blockwise's score tiles) reach the heap reading or not
+    by what ran before: as a process's first step it read 0.1 MiB of a 12.2 MiB plan."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_FIRST_STEP)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    reading, plan = (int(v) for v in done.stdout.split()[-2:])
+    assert plan > 8 * MIB, plan  # tiles of (n, 64) scores for 8 heads, forward and backward
+    assert reading >= plan, (reading, plan)
+
+
+def test_a_donated_kv_cache_is_not_counted_as_new_memory() -> None:
+    """The JAX decode step writes its 32 MiB KV cache in place (donated): XLA's plan lists
+    it among the outputs and as aliased; the reading counts what the step adds."""
+    from mhabench.measure.memory import xla_buffer_bytes
+
+    config = AttentionConfig(framework="jax", backend="fused", mode="decode", batch=4, n=1,
+                             m=4096, d=256, heads=16)
+    step = prepare(config)
+    cache = 2 * 4 * 4096 * 256 * 4  # k and v, float32
+    analysis = step.compiled.memory_analysis()
+    assert analysis.alias_size_in_bytes >= cache  # the plan does see the donation
+    assert xla_buffer_bytes(step) < cache // 4
+    assert step_bytes(config, step) < cache // 4
+
+
 _FRESH = """
     from mhabench.core.config import AttentionConfig
     from mhabench.measure import memory, timing

@@ -13,15 +13,21 @@ reads the same bytes in every process:
 - JAX on the CPU: the C allocator's live peak. For the one call, every block of 128 KiB or
   more comes from fresh pages and goes back to the kernel when freed
   (:func:`mhabench.measure.allocator.fresh_large_blocks`), and the reading is the call's
-  peak-RSS growth. XLA's buffer assignment (``memory_analysis``) is no reading here: XLA:CPU
-  runs whole stretches of a step in YNNPACK fusions whose buffers it does not assign (the
-  batched layout's scores, softmax and mixing are one fusion: at b = 2, n = 512, h = 64 the
-  plan holds 4 MiB and the call two 128 MiB maps). The same reading serves a plug-in's
-  step, compiled or not.
+  peak-RSS growth. XLA's buffer assignment (``memory_analysis``) is not enough alone:
+  XLA:CPU runs whole stretches of a step in YNNPACK fusions whose buffers it does not
+  assign (the batched layout's scores, softmax and mixing are one fusion: at b = 2,
+  n = 512, h = 64 the plan holds 4 MiB and the call two 128 MiB maps). Nor is the heap
+  reading: the planned temporaries reach it or not depending on what ran before in the
+  process (blockwise training, b = 1, n = 1024, d = 64, h = 8, plan 12.2 MiB: 0.1 MiB read
+  where the step was the process's first, 11.4-11.9 MiB after an n = 512 step). The
+  reading is the larger of the two, each a floor of what the step needs. The same
+  reading serves a plug-in's step, compiled or not (a step with no compiled function
+  has no plan: the heap reading alone).
 - torch on CUDA: the caching allocator's peak (``reset_peak_memory_stats``,
   ``max_memory_allocated``) minus what was allocated before the step.
 - JAX on CUDA: XLA's buffer assignment for the compiled step (``memory_analysis``:
-  temporaries plus outputs); XLA cannot reset a peak counter.
+  temporaries plus outputs, less outputs written in place of donated inputs); XLA cannot
+  reset a peak counter.
 - torch's profiler busy: the C allocator's live peak; no glibc (musl): the RSS reading
   below. Either with a warning that says so.
 
@@ -146,7 +152,9 @@ def torch_live_peak(step: Callable[[], Any]) -> int:
 
 def xla_buffer_bytes(step: Callable[[], Any]) -> int | None:
     """Temporaries plus outputs of the compiled step (``step.compiled``, as mhabench's JAX
-    steps expose it); None when the step has no compiled function or XLA no analysis."""
+    steps expose it), less the outputs that alias donated inputs (a decode step's KV cache,
+    written in place: b = 4, m = 4096, d = 256 counted its 32 MiB cache as new otherwise);
+    None when the step has no compiled function or XLA no analysis."""
     compiled = getattr(step, "compiled", None)
     try:
         analysis = compiled.memory_analysis() if compiled is not None else None
@@ -154,7 +162,8 @@ def xla_buffer_bytes(step: Callable[[], Any]) -> int | None:
         analysis = None
     if analysis is None:
         return None
-    return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
+    return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+               - getattr(analysis, "alias_size_in_bytes", 0))
 
 
 def step_memory(config: AttentionConfig, step: Callable[[], Any]) -> StepMemory:
@@ -169,7 +178,13 @@ def step_memory(config: AttentionConfig, step: Callable[[], Any]) -> StepMemory:
             warnings.warn(f"{config.id}: torch's profiler could not run ({err}); step "
                           "memory is the C allocator's live peak", RuntimeWarning, stacklevel=2)
     if can_isolate_large_blocks():
-        return StepMemory(heap_live_peak(step), HEAP)
+        heap = heap_live_peak(step)
+        plan = xla_buffer_bytes(step) if config.framework == "jax" else None
+        # XLA:CPU's planned temporaries reach the heap reading only now and then (see the
+        # module docstring); they are memory the step needs either way
+        if plan is not None and plan > heap:
+            return StepMemory(plan, XLA_BUFFERS)
+        return StepMemory(heap, HEAP)
     warnings.warn(f"{config.id}: step memory is the RSS high-water reading, not the live "
                   "peak: the C allocator is not glibc's", RuntimeWarning, stacklevel=2)
     return StepMemory(cpu_rss_bytes(step), RSS)

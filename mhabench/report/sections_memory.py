@@ -79,8 +79,9 @@ def memory_section(ctx: Context) -> Section:
     section.text.append(
         "Measured: the live peak of the step's own allocations, the most bytes it had "
         "allocated and not freed at once (torch, CPU: the profiler's memory events; JAX, CPU: "
-        "the C allocator's, every large block on fresh pages for that call, since XLA:CPU's "
-        "buffer plan leaves out what its YNNPACK fusions allocate; CUDA: torch's caching "
+        "the C allocator's, every large block on fresh pages for that call, or XLA's buffer "
+        "plan where that is larger (the plan leaves out what YNNPACK fusions allocate, and "
+        "the heap sees the plan only now and then); CUDA: torch's caching "
         "allocator, XLA's buffer plan). Model: the cost model's working set for the kernel "
         "that ran (three copies of the map where the kernel writes it, plus activations and "
         "weights). "
