@@ -12,7 +12,7 @@ def add_command(sub: Any) -> None:
     p = sub.add_parser("merge", help="merge other asv results (another machine's, or a "
                        "plan's shards) into a results folder, never overwriting")
     p.add_argument("sources", nargs="+", help="results folders or results.tar.gz files")
-    p.add_argument("--into", default=".asv/results",
+    p.add_argument("--into", "--results", dest="into", default=".asv/results",
                    help="the results folder to merge into (default .asv/results)")
     p.add_argument("--as-machine", default=None,
                    help="import under this machine name instead of the source's")

@@ -11,6 +11,8 @@ from typing import Any
 
 
 def add_command(sub: Any) -> None:
+    from mhabench.suite.shard import CHUNK_CELLS
+
     p = sub.add_parser("shard", help="split a grid into shards, run one, fan out on Slurm")
     actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
 
@@ -39,6 +41,9 @@ def add_command(sub: Any) -> None:
                      "--python=same) instead of asv's own")
     run.add_argument("--quick", action="store_true",
                      help="asv --quick: one sample a cell (a smoke run, not for timing)")
+    run.add_argument("--chunk", type=int, default=None, metavar="N",
+                     help="cells per asv invocation; progress is saved after each (default "
+                     f"{CHUNK_CELLS}): smaller loses less to a preempted node, costs a start each")
     run.set_defaults(func=run_shard)
 
     slurm = actions.add_parser("slurm", help="write (and --submit) a Slurm job array for a "
@@ -55,6 +60,8 @@ def add_command(sub: Any) -> None:
     slurm.add_argument("--python", default=None, choices=["same"],
                        help="passed to each shard run ('same')")
     slurm.add_argument("--quick", action="store_true", help="passed to each shard run")
+    slurm.add_argument("--chunk", type=int, default=None, metavar="N",
+                       help="passed to each shard run")
     slurm.add_argument("--k8s", default=None, metavar="FILE",
                        help="also write a Kubernetes Indexed Job manifest (JSON)")
     slurm.add_argument("--image", default="mhabench:latest",
@@ -88,6 +95,7 @@ def run_shard(args: argparse.Namespace) -> int:
     try:
         results = run(Path(args.plan), args.index, folder=args.folder, python=args.python,
                       asv_args=["--quick"] if args.quick else [],
+                      **({"chunk": args.chunk} if args.chunk is not None else {}),
                       echo=lambda text: print(text, file=sys.stderr, flush=True))
     except RuntimeError as err:
         raise CLIError(str(err).replace("\n", " ")) from err
@@ -98,10 +106,14 @@ def run_shard(args: argparse.Namespace) -> int:
 def run_slurm(args: argparse.Namespace) -> int:
     from mhabench.suite.fanout import ci_matrix, k8s_job, submit, write_json, write_slurm
     from mhabench.suite.shard import load_plan
+    from mhabench.suite.shard_run import check_chunk
 
+    if args.chunk is not None:
+        check_chunk(args.chunk)  # refused here, before any script is written
     plan = load_plan(args.plan)
     run_args = " ".join([*(["--python same"] if args.python else []),
-                         *(["--quick"] if args.quick else [])])
+                         *(["--quick"] if args.quick else []),
+                         *([f"--chunk {args.chunk}"] if args.chunk is not None else [])])
     array, fanin = write_slurm(plan, Path(args.plan), Path(args.out), repo=Path("."),
                                python=sys.executable, results=Path(args.results),
                                html=Path(args.html), reports=Path(args.reports),

@@ -16,36 +16,52 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_LIST = r"""
-import importlib, itertools, json, pkgutil
-import benchmarks
-KINDS = ("time_", "track_", "peakmem_", "mem_")
-out = []
-for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda i: i.name):
-    if not info.name.startswith("bench_"):
-        continue
-    module = importlib.import_module("benchmarks." + info.name)
-    for name, cls in vars(module).items():
-        if (not isinstance(cls, type) or cls.__module__ != module.__name__
-                or not isinstance(getattr(cls, "params", None), list)):
+KINDS = ("time_", "track_", "peakmem_", "mem_")  # asv's benchmark kinds, by name prefix
+
+
+def cell_rows() -> list[dict[str, Any]]:
+    """The suite's cells as :class:`Cell` fields, from this interpreter's ``benchmarks``
+    package (importable from the working directory, imported under this environment's
+    grid); :func:`list_cells` runs it in a fresh interpreter."""
+    import importlib
+    import itertools
+    import pkgutil
+
+    import benchmarks
+
+    out = []
+    for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda i: i.name):
+        if not info.name.startswith("bench_"):
             continue
-        cells = list(itertools.product(*cls.params))
-        repeat = getattr(cls, "repeat", 0)
-        for method in sorted(dir(cls), key=lambda m: (not m.startswith("time_"), m)):
-            if not method.startswith(KINDS):
+        module = importlib.import_module("benchmarks." + info.name)
+        for name, cls in vars(module).items():
+            if (not isinstance(cls, type) or cls.__module__ != module.__name__
+                    or not isinstance(getattr(cls, "params", None), list)):
                 continue
-            skip = getattr(getattr(cls, method), "skip_params", None)
-            skip = set(getattr(cls, "skip_params", []) if skip is None else skip)
-            for cell in cells:
-                if cell in skip:
+            cells = list(itertools.product(*cls.params))
+            repeat = getattr(cls, "repeat", 0)
+            for method in sorted(dir(cls), key=lambda m: (not m.startswith("time_"), m)):
+                if not method.startswith(KINDS):
                     continue
-                out.append({"module": info.name, "cls": name, "method": method,
-                            "values": [repr(v) for v in cell],
-                            "params": dict(zip(cls.param_names, cell)),
-                            "rounds": getattr(cls, "rounds", 1),
-                            "repeat": list(repeat) if isinstance(repeat, tuple) else repeat,
-                            "warmup_time": getattr(cls, "warmup_time", 0.0)})
-print(json.dumps(out, default=str))
+                skip = getattr(getattr(cls, method), "skip_params", None)
+                skip = set(getattr(cls, "skip_params", []) if skip is None else skip)
+                for index, cell in enumerate(cells):
+                    if cell in skip:
+                        continue
+                    out.append({"module": info.name, "cls": name, "method": method,
+                                "values": [repr(v) for v in cell],
+                                "params": dict(zip(cls.param_names, cell, strict=True)),
+                                "rounds": getattr(cls, "rounds", 1),
+                                "repeat": list(repeat) if isinstance(repeat, tuple) else repeat,
+                                "warmup_time": getattr(cls, "warmup_time", 0.0),
+                                "index": index})
+    return out
+
+
+_LIST = """
+import json
+from mhabench.suite.cells import cell_rows
+print(json.dumps(cell_rows(), default=str))
 """
 
 
@@ -65,6 +81,7 @@ class Cell:
     rounds: int  # asv processes per cell
     repeat: Any  # asv's repeat attribute: an int or (min, max, max seconds)
     warmup_time: float
+    index: int = -1  # the cell's place in asv's parameter product (its "name-index" id)
 
     @property
     def benchmark(self) -> str:
@@ -95,5 +112,9 @@ def list_cells(python: str, env: dict[str, str], repo: Path) -> list[Cell]:
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         raise CellListError(f"the benchmark modules do not import: {tail[0]}")
-    return [Cell(**{**item, "values": tuple(item["values"])})
-            for item in json.loads(done.stdout.splitlines()[-1])]
+    return cells_of(json.loads(done.stdout.splitlines()[-1]))
+
+
+def cells_of(rows: list[dict[str, Any]]) -> list[Cell]:
+    """:class:`Cell` objects from :func:`cell_rows`' rows."""
+    return [Cell(**{**item, "values": tuple(item["values"])}) for item in rows]

@@ -14,12 +14,10 @@ under another machine name with ``as_machine``).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
 import shutil
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -246,25 +244,3 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
                         f"{len(known)} kept")
     return done
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="gpu-import", description="Merge another machine's asv results (a GPU run's "
-        "results.tar.gz or a results folder) into this machine's, never overwriting.")
-    parser.add_argument("source", help="results.tar.gz from scripts/gpu-grid, or a folder")
-    parser.add_argument("--results", default=".asv/results",
-                        help="this machine's results folder (default .asv/results)")
-    parser.add_argument("--as-machine", default=None,
-                        help="import under this machine name instead of the source's")
-    args = parser.parse_args(argv)
-    try:
-        for line in merge(args.source, args.results, args.as_machine):
-            print(line)
-    except (MergeError, OSError, json.JSONDecodeError) as exc:
-        print(f"gpu-import: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -111,13 +111,21 @@ def _unregister() -> None:
     (_registry() / f"{os.getpid()}.json").unlink(missing_ok=True)
 
 
+def check_chunk(chunk: int) -> None:
+    """Refuse a chunk size (cells per asv invocation) below one, naming it."""
+    if chunk < 1:
+        raise ShardError(f"--chunk {chunk} is not allowed; give 1 or more cells")
+
+
 def run_shard(plan_path: Path, index: int, *, repo: Path = Path("."),
               folder: Path | None = None, python: str | None = None,
               asv_args: Sequence[str] = (), chunk: int = CHUNK_CELLS,
               echo: Callable[[str], None] = print) -> Path:
     """Run shard ``index`` of the plan with asv at the plan's commit, into ``folder``
     (default :func:`shard_folder`); returns its results folder. ``python="same"`` runs in
-    this interpreter's environment (asv ``--python=same``) instead of asv's own."""
+    this interpreter's environment (asv ``--python=same``) instead of asv's own; progress
+    is saved after each ``chunk`` cells (one asv invocation each)."""
+    check_chunk(chunk)
     plan = load_plan(plan_path)
     if not 0 <= index < len(plan.shards):
         raise ShardError(f"shard {index} is out of range: the plan has shards 0.."
