@@ -15,6 +15,7 @@ from mhabench.core.cost import TRAIN_FACTOR, cost
 from mhabench.core.design import (
     AXES,
     QUICK_BOX,
+    SEED,
     TINY_BOX,
     Box,
     _kv_heads,
@@ -72,6 +73,25 @@ def test_each_axis_has_one_point_per_stratum_and_larger_designs_keep_the_first()
         assert fields["n"] == round(math.exp(math.log(lo) + u[0] * math.log(hi / lo)))
 
 
+def test_the_stored_points_are_scipys_sobol_and_spare_the_import() -> None:
+    """mhabench.core.design_sobol holds scipy's scrambled Sobol points of the fixed seed (the
+    grids' designs read them): the same numbers, and a fresh process that builds the quick
+    design imports no scipy.stats (asv imports bench_design in every process it starts)."""
+    from scipy.stats import qmc
+
+    sampler = qmc.Sobol(d=len(AXES), scramble=True, rng=np.random.default_rng(SEED))
+    assert np.array_equal(design_points(32), sampler.random_base2(5))
+    assert not np.array_equal(design_points(32, seed=SEED + 1), design_points(32))
+    done = run_python("""
+    import sys
+    from mhabench.core.design import calibration_design
+    calibration_design(32)
+    print("scipy.stats" in sys.modules)
+    """, {})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
+
+
 def test_kv_heads_rule_mha_gqa_mqa() -> None:
     assert _kv_heads(0.1, 12) == 12
     assert _kv_heads(0.9, 12) == 1
@@ -85,6 +105,11 @@ def test_design_classes_name_the_config_they_time() -> None:
     from benchmarks import bench_design
     from benchmarks.common import config_of
     out = []
+    # asv times every class the module's namespace holds, under every name it is bound to
+    timed = [n for n, v in vars(bench_design).items()
+             if isinstance(v, type) and issubclass(v, bench_design.AttentionBenchmark)
+             and v is not bench_design.AttentionBenchmark]
+    assert timed == sorted(set(timed)) and all(n.startswith("Design") for n in timed), timed
     for name, cls in sorted(vars(bench_design).items()):
         if name.startswith("Design"):
             cells = [[v[0] for v in cls.params]]
