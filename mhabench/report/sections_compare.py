@@ -185,13 +185,8 @@ def decoding_section(ctx: Context) -> Section:
         "kv heads": pairs["kv_heads"], "cached (ms)": pairs["time_ms"],
         "recomputed (ms)": 1e3 * pairs["value_nocache"],
         "recomputed/cached time": pairs["value_nocache"] / pairs["value"],
-        "model FLOPs cached": [decoder_step_flops(int(r["d"]), int(r["m"]), int(r["heads"]),
-                                                 int(r["kv_heads"]), True) * int(r["batch"])
-                               * int(r["n"]) for r in pairs.to_dict("records")],
-        "model FLOPs recomputed": [decoder_step_flops(int(r["d"]), int(r["m"]), int(r["heads"]),
-                                                      int(r["kv_heads"]), False)
-                                   * int(r["batch"]) * int(r["n"])
-                                   for r in pairs.to_dict("records")]})
+        "model FLOPs cached": _decoder_flops(pairs, cached=True),
+        "model FLOPs recomputed": _decoder_flops(pairs, cached=False)})
     table["model FLOP ratio"] = table["model FLOPs recomputed"] / table["model FLOPs cached"]
     section = Section("", "", tables=[
         Table("summary", "Decoder step with cached source keys/values against recomputing "
@@ -210,6 +205,13 @@ def decoding_section(ctx: Context) -> Section:
         section.tables[:0] = cache.tables
         section.text[:0] = cache.text
     return section
+
+
+def _decoder_flops(pairs: pd.DataFrame, cached: bool) -> list[int]:
+    """The model's FLOPs of each row's decoder step: batch x new tokens x one token's."""
+    return [decoder_step_flops(int(r["d"]), int(r["m"]), int(r["heads"]), int(r["kv_heads"]),
+                               cached) * int(r["batch"]) * int(r["n"])
+            for r in pairs.to_dict("records")]
 
 
 def _kv_cache_table(t: pd.DataFrame) -> Section | None:
