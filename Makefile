@@ -33,10 +33,11 @@ lint: install
 
 # Two phases: the tests that assert no timing on three workers (pytest-xdist, each file on
 # one; many wait on subprocesses, Slurm or a browser, and two kept 2 cores 60 % busy), then
-# the timing tests alone, so nothing else runs on the machine while they time.
+# the timing tests alone, so nothing else runs on the machine while they time. The groups
+# go out longest first (tests/conftest.py), not in xdist's order (most tests first).
 # Exit status 5 (no test selected, e.g. PYTEST_ARGS=-k of one phase's test) is not a failure.
 test: lint
-	$(BIN)/python -m pytest -q -n 3 --dist loadgroup -m "not timing" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder -m "not timing" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -q -m timing $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 clean-venv:

