@@ -97,6 +97,23 @@ def test_validation_compares_fresh_times_with_the_model(synthetic: tuple) -> Non
         assert row["extrapolation"] == "; ".join(models[key].extrapolation(config))
 
 
+def test_common_scale_removes_a_uniform_slowdown_and_nothing_else(synthetic: tuple) -> None:
+    """A machine 1.5x slower on every config: the exact model's raw errors all read 33 %,
+    after the common scale none, and the scale reads the slowdown; the FLOP model keeps
+    its spread (it does not follow the configs), and a missing cost stays visible."""
+    frame, models = synthetic
+    sample = sample_configs(models, groups(frame), 12, seed=3, wide=True)
+    slow = random_validation(frame, models, sample,
+                             {c: _measured(1.5 * synthetic_time(c)) for _, c in sample})
+    assert slow["rel_error"].min() == pytest.approx(1 / 3)
+    c = summary_dict(slow)["common_scale"]
+    assert c["cells"] == 12 and c["scale"] == pytest.approx(1.5)
+    assert c["worst_factor_error"] < 1e-6 < 0.1 < c["flop_rate_median_factor_error"]
+    masked = random_validation(frame, models, sample, {c: _measured(
+        1.5 * synthetic_time(c) + (1e-3 if c.masked else 0.0)) for _, c in sample})
+    assert summary_dict(masked)["common_scale"]["worst_factor_error"] > 1e-3
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--sample", "0"], "--sample 0 is not allowed"),
     (["--repeats", "0"], "--repeats 0 is not allowed"),
@@ -160,13 +177,20 @@ def test_report_refuses_a_file_that_is_not_a_validation(tmp_path: Path,
 @pytest.mark.timing
 def test_model_beats_one_flop_rate_on_random_configs_it_never_saw(
         capsys: pytest.CaptureFixture) -> None:
-    """24 fresh configs against the real fixture's models (this machine type). Measured
-    here: calibrated model median 51 %, worst 204 %; one FLOP rate median 97 %, worst
-    2400 % (most configs extrapolate: the fixture's tiny grid fixes batch 2 and d 32)."""
+    """24 fresh configs against the real fixture's models (this machine type, another day).
+
+    Compared after one common scale per model (``summary["common_scale"]``): the
+    fixture's day and today's differ in speed by 20-40 % on these shared VMs, and the raw
+    errors then favour whichever model erred the same way (CI once read the calibrated
+    model's raw median 78 % against the FLOP model's 67 % on a slow machine, where it
+    read 51 % against 97 % here). With the scale, what is compared is how each model
+    follows the configs, which is what the fit on another day can still be judged on."""
     assert main(["validate", "--results", str(REAL), "--sample", "24", "--seed", "0",
                  "--json"]) == 0
-    s = json.loads(capsys.readouterr().out)["summary"]["all"]
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["all"]["cells"] == 24
+    s = summary["common_scale"]
+    print(s)
     assert s["cells"] == 24
-    assert s["median_rel_error"] < s["flop_rate_median_rel_error"]
-    assert s["worst_rel_error"] < s["flop_rate_worst_rel_error"]
-
+    assert s["median_factor_error"] < s["flop_rate_median_factor_error"]
+    assert s["worst_factor_error"] < s["flop_rate_worst_factor_error"]

@@ -225,8 +225,34 @@ def random_validation(frame: pd.DataFrame, models: Mapping[Key, TimeModel],
     return out
 
 
+def common_scale(errors: pd.DataFrame) -> dict[str, Any]:
+    """Both models' errors after one scale each: the sample's median of measured / predicted.
+
+    A model fitted on another day (or another host of the same type) meets a machine whose
+    speed has moved uniformly, by 20-40 % on these shared VMs; that moves every raw error
+    and favours whichever model happened to err the same way. One scale per model (the
+    same single parameter for both) removes it and leaves what a model is for: how the
+    time changes from one config to another. The scales themselves say how far today's
+    machine is from the fit's. Errors here are factors (``max(p/m, m/p) - 1``)."""
+    if errors.empty:
+        return {"cells": 0}
+    out: dict[str, Any] = {"cells": len(errors)}
+    for prefix, column in (("", "predicted_s"), ("flop_rate_", "flop_rate_s")):
+        ratio = errors["measured_s"] / errors[column]
+        scale = float(ratio.median())
+        # A miss as a factor either way (2x over or 2x under both read 100 %): after a
+        # scale, under-predictions are as likely as over-predictions, and the plain
+        # relative error caps the former at 100 % however far they miss.
+        rel = np.exp(np.log(scale / ratio).abs()) - 1
+        out[f"{prefix}scale"] = scale
+        out[f"{prefix}median_factor_error"] = float(rel.median())
+        out[f"{prefix}worst_factor_error"] = float(rel.max())
+    return out
+
+
 def summary_dict(errors: pd.DataFrame) -> dict[str, Any]:
-    """Overall, inside-the-fitted-ranges and extrapolated median/worst errors."""
+    """Overall, inside-the-fitted-ranges and extrapolated median/worst errors, and all of
+    them after one common scale per model (:func:`common_scale`)."""
     def part(rows: pd.DataFrame) -> dict[str, Any]:
         if rows.empty:
             return {"cells": 0}
@@ -234,7 +260,23 @@ def summary_dict(errors: pd.DataFrame) -> dict[str, Any]:
         return {k: (int(s[k]) if k in ("cells", "extrapolated") else float(s[k]))
                 for k in SUMMARY_COLUMNS}
     return {"all": part(errors), "inside": part(errors[~errors["extrapolated"]]),
-            "extrapolated": part(errors[errors["extrapolated"]])}
+            "extrapolated": part(errors[errors["extrapolated"]]),
+            "common_scale": common_scale(errors)}
+
+
+def common_scale_line(summary: Mapping[str, Any]) -> str:
+    """One sentence on :func:`common_scale`'s figures (CLI and report); older files lack
+    them."""
+    c = summary.get("common_scale") or {}
+    if not c.get("cells"):
+        return "after one common scale per model: no figures (file written before they were)"
+    return (f"after one common scale per model (measured / predicted, median: calibrated "
+            f"model x{c['scale']:.2f}, FLOP model x{c['flop_rate_scale']:.2f}), all "
+            f"{c['cells']} configs, error as a factor either way: median "
+            f"{100 * c['median_factor_error']:.1f}%, worst "
+            f"{100 * c['worst_factor_error']:.1f}% (FLOP model "
+            f"{100 * c['flop_rate_median_factor_error']:.1f}% / "
+            f"{100 * c['flop_rate_worst_factor_error']:.1f}%)")
 
 
 # ----- the saved file ---------------------------------------------------------------------

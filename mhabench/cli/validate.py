@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.analysis.timemodel import fit_models, groups
     from mhabench.analysis.validation import (
         MAX_GFLOP,
+        common_scale_line,
         random_validation,
         sample_configs,
         save_validation,
@@ -138,4 +139,5 @@ def run(args: argparse.Namespace) -> int:
                   f"{100 * p['median_rel_error']:.1f}%, worst {100 * p['worst_rel_error']:.1f}% "
                   f"(FLOP model {100 * p['flop_rate_median_rel_error']:.1f}% / "
                   f"{100 * p['flop_rate_worst_rel_error']:.1f}%)")
+    print(common_scale_line(s))
     return 0

@@ -16,7 +16,7 @@ from mhabench.analysis.timemodel import (
     MIN_CELLS,
     timing_cells,
 )
-from mhabench.analysis.validation import error_summary, leave_out
+from mhabench.analysis.validation import common_scale_line, error_summary, leave_out
 from mhabench.core.kernels import SCORE_TERMS
 from mhabench.report.context import (
     Context,
@@ -306,7 +306,9 @@ def validation_section(ctx: Context) -> Section:
         f"{data.get('machine')!r} ({data.get('created', '')[:19]}): the model could not have "
         "been tuned on them. Relative error, calibrated model: "
         + "; ".join((line(s["all"], "all"), line(s["inside"], "inside the fitted ranges"),
-                     line(s["extrapolated"], "extrapolated"))) + ".")
+                     line(s["extrapolated"], "extrapolated"))) + "; "
+        + common_scale_line(s) + " (the machine's speed moves from day to day; a scale "
+        "removes that and leaves how each model follows the configs).")
     section.plots.append(Plot(
         "Random configs: predicted against measured", "measured (ms)", "predicted (ms)",
         {"calibrated model": ((1e3 * rows["measured_s"]).tolist(),
