@@ -16,13 +16,14 @@ from mhabench.analysis.timemodel import (
     FEATURES,
     CellFeatures,
     feature_values,
+    fit_cells,
     fit_machine,
     fit_models,
     nnls,
     select_model,
     underdetermined,
 )
-from mhabench.analysis.validation import error_summary, leave_out
+from mhabench.analysis.validation import error_summary, leave_out, sample_configs
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
 
@@ -130,6 +131,33 @@ def test_machine_fit_recovers_the_kv_cache_size_shared_by_its_groups() -> None:
     # Without decode cells there is nothing to place a K/V cache size by: none.
     forward_only = {k: g[g["mode"] == "forward"] for k, g in groups.items()}
     assert all(m.kv_cache_bytes is None for m in fit_machine(forward_only).values())
+
+
+def test_a_mode_seen_only_without_cross_attention_is_an_extrapolation_with_it() -> None:
+    """Fitted on cross-attention forward steps and self-attention decode steps: a cross
+    decode step lies outside what the fit saw (each field alone was seen), and validate's
+    default draws never give one."""
+    forward = [AttentionConfig(backend="fused", batch=b, n=n, m=2 * n, d=d, heads=h,
+                               cross=True)
+               for b in (2, 8) for n in (128, 512) for d in (64, 256) for h in (1, 4, 16)]
+    decode = [AttentionConfig(backend="fused", mode="decode", batch=b, n=1, m=m, d=256,
+                              heads=16, kv_heads=kv)
+              for b in (1, 4) for m in (1024, 4096) for kv in (1, 4, 16)]
+    cells = _cells(forward + decode, {**TRUE_COEF, "kv": 1e-9, "kv_spill": 0.0}, 4 * 2**20)
+    model = fit_cells(cells, KEY)
+    assert model.seen["mode/cross"] == ("decode/self", "forward/cross")
+    self_decode = AttentionConfig(backend="fused", mode="decode", batch=2, n=1, m=2048,
+                                  d=256, heads=16, kv_heads=4)
+    assert model.extrapolation(self_decode) == []
+    assert model.extrapolation(self_decode.replace(cross=True)) == [
+        "mode/cross=decode/cross not fitted (only decode/self, forward/cross)"]
+    # a field never seen alone is said once, not again as a pair
+    assert model.extrapolation(self_decode.replace(mode="train", n=256, m=256)) == [
+        "mode=train not fitted (only decode, forward)"]
+    sample = sample_configs({KEY: model}, {KEY: cells}, 40, seed=2)
+    assert {(c.mode, c.cross) for _, c in sample} == {("decode", False), ("forward", True)}
+    wide = sample_configs({KEY: model}, {KEY: cells}, 40, seed=2, wide=True)
+    assert ("decode", True) in {(c.mode, c.cross) for _, c in wide}
 
 
 def test_leave_out_meets_target_and_beats_one_flop_rate(tmp_path: Path) -> None:

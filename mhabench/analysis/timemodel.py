@@ -63,6 +63,16 @@ MIN_CELLS = len(FEATURE_SETS[-1]) + 1  # one residual left over for the simplest
 RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
 # Categorical fields: a value the fit never saw is an extrapolation too.
 SEEN_FIELDS = ("mode", "cross", "masked")
+# ... and the pair of mode and cross: a group fitted on cross-attention forward steps and
+# self-attention decode steps has not seen a cross decode step (its K/V read is a cached
+# source, m new keys per query, unlike either): validated "inside" before this pair, cross
+# decode steps were over-predicted by a median 60 % on the quick grid (17 configs).
+MODE_CROSS = "mode/cross"
+
+
+def mode_cross(mode: str, cross: bool) -> str:
+    """The value of :data:`MODE_CROSS` for a config: e.g. ``decode/cross``."""
+    return f"{mode}/{'cross' if cross else 'self'}"
 GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
 # Losses (sums of squared relative residuals) closer than this are a tie: on exact data the
 # solver's rounding would otherwise let a useless cache size "earn" its place.
@@ -132,9 +142,16 @@ class TimeModel:
             if not lo <= value <= hi:
                 out.append(f"{name}={value} outside fitted {lo}-{hi}")
         for name, values in self.seen.items():
+            if name == MODE_CROSS:
+                continue
             value = getattr(config, name)
             if value not in values:
                 out.append(f"{name}={value} not fitted (only {', '.join(map(str, values))})")
+        pairs = self.seen.get(MODE_CROSS)
+        pair = mode_cross(config.mode, config.cross)
+        alone = any(m.startswith(("mode=", "cross=")) for m in out)  # said already
+        if pairs is not None and pair not in pairs and not alone:
+            out.append(f"{MODE_CROSS}={pair} not fitted (only {', '.join(pairs)})")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -164,6 +181,9 @@ def _ranges(cells: pd.DataFrame) -> tuple[dict[str, tuple[int, int]],
     ranges = {f: (int(cells[f].min()), int(cells[f].max())) for f in RANGE_FIELDS}
     seen = {f: tuple(sorted({v.item() if hasattr(v, "item") else v for v in cells[f]}))
             for f in SEEN_FIELDS}
+    seen[MODE_CROSS] = tuple(sorted({mode_cross(str(mode), bool(cross))
+                                     for mode, cross in zip(cells["mode"], cells["cross"],
+                                                            strict=True)}))
     return ranges, seen
 
 

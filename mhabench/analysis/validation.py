@@ -28,10 +28,12 @@ from mhabench.analysis.results import config_from_row
 from mhabench.analysis.timemodel import (
     GROUP_KEY,
     MIN_CELLS,
+    MODE_CROSS,
     Key,
     TimeModel,
     fit_machine,
     groups,
+    mode_cross,
     timing_cells,
 )
 from mhabench.core.config import AttentionConfig
@@ -135,7 +137,7 @@ def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame,
     times the largest); the head width p is drawn apart from h, so d = h * p is odd
     whenever both are. GQA/MQA (a random divisor of h) half the time where the backend has
     it, cross-attention (m != n) 40 % and masking 30 % (inside the ranges: only where the
-    group was fitted on some).
+    group was fitted on some: cross-attention in this mode).
     """
     mode = str(rng.choice(list(model.seen["mode"])))
     mine = cells[cells["mode"] == mode]
@@ -146,7 +148,8 @@ def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame,
     if backend != "reference" and rng.random() < 0.5:
         kv_heads = int(rng.choice([g for g in range(1, heads + 1) if heads % g == 0]))
     n = _log_int(rng, *_box(mine["n"], wide))
-    cross = bool(rng.random() < 0.4) and (wide or True in model.seen["cross"])
+    cross = bool(rng.random() < 0.4) and (
+        wide or mode_cross(mode, True) in model.seen.get(MODE_CROSS, ()))
     # A decode step's n new tokens attend over m cached ones: m is its own draw there.
     m = _log_int(rng, *_box(mine["m"], wide)) if cross or mode == "decode" else n
     if cross and m == n:
