@@ -89,13 +89,20 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     planted_at = planted(table) & (table["step at commit"] == at)
     confirmed = table["verdict"].isin(CONFIRMED_VERDICTS)
     cells = _planted_cells(history)
+    # What a failure needs to be read: each run's level and each backend's step (a VM
+    # whose processes scatter 20-30 % once placed the planted group's step a commit late).
+    tables = tmp_path / "report_tables"
+    runs = pd.read_csv(tables / "regressions--runs.csv")
+    print(f"planted at {at}; runs:\n", runs.drop(columns=["machine", "environment"]).to_string())
+    if (tables / "regressions--groups.csv").exists():
+        print("groups:\n", pd.read_csv(tables / "regressions--groups.csv").drop(
+            columns=["machine", "environment"]).to_string())
     # Found: listed at its commit, standing (holds) or to be re-measured (candidate).
     found = table[planted_at & table["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
     assert len(found) >= 0.9 * cells, (len(found), cells)
     # The step stands by itself unless a run of the history was disturbed (these VMs
     # drift 10-35 % within a minute now and then: a run that moved as a whole is no clean
     # evidence, and a step that rests on one clean commit is a candidate for confirm).
-    runs = pd.read_csv(tmp_path / "report_tables" / "regressions--runs.csv")
     disturbed = runs[runs["run"].fillna("") != ""]
     hits = table[planted_at & confirmed]
     if disturbed.empty:
