@@ -149,7 +149,9 @@ class TimeModel:
                 out.append(f"{name}={value} not fitted (only {', '.join(map(str, values))})")
         pairs = self.seen.get(MODE_CROSS)
         pair = mode_cross(config.mode, config.cross)
-        alone = any(m.startswith(("mode=", "cross=")) for m in out)  # said already
+        # said above already where the mode or the cross value alone was never fitted
+        alone = (config.mode not in self.seen.get("mode", (config.mode,))
+                 or config.cross not in self.seen.get("cross", (config.cross,)))
         if pairs is not None and pair not in pairs and not alone:
             out.append(f"{MODE_CROSS}={pair} not fitted (only {', '.join(pairs)})")
         return out
