@@ -41,7 +41,7 @@ def add_command(sub: Any) -> None:
                      "--python=same) instead of asv's own")
     run.add_argument("--quick", action="store_true",
                      help="asv --quick: one sample a cell (a smoke run, not for timing)")
-    run.add_argument("--chunk", type=int, default=None, metavar="N",
+    run.add_argument("--chunk", type=int, default=CHUNK_CELLS, metavar="N",
                      help="cells per asv invocation; progress is saved after each (default "
                      f"{CHUNK_CELLS}): smaller loses less to a preempted node, costs a start each")
     run.set_defaults(func=run_shard)
@@ -95,7 +95,7 @@ def run_shard(args: argparse.Namespace) -> int:
     try:
         results = run(Path(args.plan), args.index, folder=args.folder, python=args.python,
                       asv_args=["--quick"] if args.quick else [],
-                      **({"chunk": args.chunk} if args.chunk is not None else {}),
+                      chunk=args.chunk,
                       echo=lambda text: print(text, file=sys.stderr, flush=True))
     except RuntimeError as err:
         raise CLIError(str(err).replace("\n", " ")) from err
