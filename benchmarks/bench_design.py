@@ -18,7 +18,13 @@ takes two small points through batched and fused; the full grid 32 points, every
 
 from typing import Any
 
-from mhabench.core.design import QUICK_BOX, TINY_BOX, calibration_design
+from mhabench.core.design import (
+    DECODE_BOX,
+    QUICK_BOX,
+    TINY_BOX,
+    TINY_DECODE_BOX,
+    calibration_design,
+)
 
 from .common import (
     BACKENDS,
@@ -37,13 +43,18 @@ DESIGN_BACKENDS = grid(tiny=["batched", "fused"],
                        quick=[*BACKENDS, *BLOCKWISE], full=[*BACKENDS, *BLOCKWISE])
 POINTS = calibration_design(grid(tiny=2, quick=8, full=32),
                             box=grid(tiny=TINY_BOX, quick=QUICK_BOX, full=QUICK_BOX))
+# Decode steps alone (``DecodeNN``), half of them cross-attention over a cached source, from
+# the Sobol points after the general design's: sub-millisecond steps, about 35 s of the
+# quick grid for 8 points.
+DECODE_POINTS = calibration_design(grid(tiny=2, quick=8, full=16), skip=True, box=grid(
+    tiny=TINY_DECODE_BOX, quick=DECODE_BOX, full=DECODE_BOX))
 SHAPE_FIELDS = ("mode", "batch", "n", "m", "d", "heads", "kv_heads", "cross", "masked")
 
 
-def _design_class(index: int, point: dict[str, Any]) -> type:
+def _design_class(prefix: str, index: int, point: dict[str, Any]) -> type:
     shape = ", ".join(f"{k}={point[k]}" for k in SHAPE_FIELDS)
-    return type(f"Design{index:02d}", (AttentionBenchmark,), {
-        "__doc__": f"Calibration design point {index}: {shape}.",
+    return type(f"{prefix}{index:02d}", (AttentionBenchmark,), {
+        "__doc__": f"Calibration {prefix.lower()} point {index}: {shape}.",
         "__module__": __name__,
         "records_kernel": False,  # the kernel is recorded by the sweeps' cells
         "records_memory": False,  # time only: no memory process
@@ -56,8 +67,9 @@ def _design_class(index: int, point: dict[str, Any]) -> type:
     })
 
 
-for _index, _point in enumerate(POINTS):
-    globals()[f"Design{_index:02d}"] = _design_class(_index, _point)
+for _prefix, _points in (("Design", POINTS), ("Decode", DECODE_POINTS)):
+    for _index, _point in enumerate(_points):
+        globals()[f"{_prefix}{_index:02d}"] = _design_class(_prefix, _index, _point)
 # asv collects every class a module's namespace holds, under any name: a loop variable left
 # holding the last class timed that point twice (as ``_cls``).
-del _index, _point
+del _prefix, _points, _index, _point

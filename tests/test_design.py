@@ -14,9 +14,11 @@ from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost
 from mhabench.core.design import (
     AXES,
+    DECODE_BOX,
     QUICK_BOX,
     SEED,
     TINY_BOX,
+    TINY_DECODE_BOX,
     Box,
     _kv_heads,
     calibration_design,
@@ -106,12 +108,15 @@ def test_design_classes_name_the_config_they_time() -> None:
     from benchmarks.common import config_of
     out = []
     # asv times every class the module's namespace holds, under every name it is bound to
-    timed = [n for n, v in vars(bench_design).items()
+    timed = {n: v for n, v in vars(bench_design).items()
              if isinstance(v, type) and issubclass(v, bench_design.AttentionBenchmark)
-             and v is not bench_design.AttentionBenchmark]
-    assert timed == sorted(set(timed)) and all(n.startswith("Design") for n in timed), timed
-    for name, cls in sorted(vars(bench_design).items()):
-        if name.startswith("Design"):
+             and v is not bench_design.AttentionBenchmark}
+    assert len(set(timed.values())) == len(timed), timed  # no class under a second name
+    assert all(n.startswith(("Decode", "Design")) for n in timed), timed
+    # the general design's classes, then the decode design's
+    for name, cls in sorted(vars(bench_design).items(),
+                            key=lambda kv: (kv[0].startswith("Decode"), kv[0])):
+        if name.startswith(("Decode", "Design")):
             cells = [[v[0] for v in cls.params]]
             out.append([name, cls.param_names, config_of(cls.param_names, cells[0]).to_dict(),
                         len(cls.params[1]), [m for m in ("track_kernel", "track_step_bytes",
@@ -120,13 +125,21 @@ def test_design_classes_name_the_config_they_time() -> None:
     print(json.dumps(out))
     """
     # full: every other class's CPU memory cell also gets the RSS cross-check there
-    for grid, size in (("tiny", 2), ("quick", 8), ("full", 32)):
+    for grid, size, decode in (("tiny", 2, 2), ("quick", 8, 8), ("full", 32, 16)):
         done = run_python(code, {"MHABENCH_GRID": grid})
         assert done.returncode == 0, done.stderr
         classes = json.loads(done.stdout.splitlines()[-1])
-        assert len(classes) == size
-        points = calibration_design(size, box=TINY_BOX if grid == "tiny" else QUICK_BOX)
-        for (_, names, config, backends, tracks), point in zip(classes, points, strict=True):
+        assert len(classes) == size + decode
+        tiny = grid == "tiny"
+        points = calibration_design(size, box=TINY_BOX if tiny else QUICK_BOX)
+        decode_points = calibration_design(decode, box=TINY_DECODE_BOX if tiny else DECODE_BOX,
+                                           skip=True)
+        assert [c[0] for c in classes] == [f"Design{i:02d}" for i in range(size)] + [
+            f"Decode{i:02d}" for i in range(decode)]
+        assert {p["mode"] for p in decode_points} == {"decode"}
+        assert {p["cross"] for p in decode_points} == {True, False}  # cached KV, cached source
+        for (_, names, config, backends, tracks), point in zip(classes, points + decode_points,
+                                                               strict=True):
             assert names[-1] == "threads" and "threads" not in config
             assert {k: config[k] for k in point} == point  # the parameters are the point
             assert tracks == [], (grid, tracks)  # time only: no kernel or memory process
