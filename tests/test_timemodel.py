@@ -86,6 +86,11 @@ def test_kv_feature_counts_the_keys_and_values_each_backend_reads() -> None:
     assert feature_values(mqa.replace(backend="loop"))["kv"] == feature_values(mqa)["kv"]
     train = AttentionConfig(mode="train")
     assert feature_values(train)["kv"] == 3 * feature_values(AttentionConfig())["kv"]
+    # A training step dispatches its forward's ops and a backward of about twice as many:
+    # its fixed per-call cost (and per-head cost) count 3x; a decode step's count once.
+    for name in ("const", "heads"):
+        assert feature_values(train)[name] == 3 * feature_values(AttentionConfig())[name]
+        assert feature_values(mha)[name] == feature_values(AttentionConfig(heads=16))[name]
 
 
 def test_kv_spill_counts_only_a_decode_cache_larger_than_the_cache() -> None:
