@@ -14,7 +14,11 @@ from fixtures.synthetic_asv import grid, synthetic_time, write_results
 from mhabench.analysis.results import load_results
 from mhabench.analysis.timemodel import fit_models, groups
 from mhabench.analysis.validation import (
+    ANCHOR_MAX_S,
+    anchor_cells,
+    anchored_line,
     load_validation,
+    machine_drift,
     random_validation,
     sample_configs,
     summary_dict,
@@ -114,10 +118,43 @@ def test_common_scale_removes_a_uniform_slowdown_and_nothing_else(synthetic: tup
     assert summary_dict(masked)["common_scale"]["worst_factor_error"] > 1e-3
 
 
+def test_anchor_cells_measure_the_machine_drift_and_the_errors_against_the_grid_day(
+        synthetic: tuple) -> None:
+    """The machine 1.3x slower than when it timed the grid, on grid cells and sample alike:
+    the anchors read 1.3, the exact model's errors against the grid's day read 0 (23 % as
+    measured), a cost the model lacks stays visible; anchors are the sample's groups' grid
+    cells, seeded, none over ANCHOR_MAX_S."""
+    frame, models = synthetic
+    cells = groups(frame)
+    sample = sample_configs(models, cells, 12, seed=3, wide=True)
+    keys = [k for k, _ in sample]
+    anchors = anchor_cells(cells, keys, 8, seed=3)
+    assert anchors == anchor_cells(cells, keys, 8, seed=3) != anchor_cells(cells, keys, 8, 4)
+    grid_ids = {k: set(cells[k]["config_id"]) for k in keys}
+    assert len(anchors) == 8 and all(
+        any(c.id in grid_ids[k] for k in keys) and asv_s <= ANCHOR_MAX_S for c, asv_s in anchors)
+    assert {c.backend for c, _ in anchors} <= {k[2] for k in keys}
+    slow = {c: _measured(1.3 * asv_s) for c, asv_s in anchors}
+    drift = machine_drift(anchors, slow)
+    assert drift["anchors"] == 8 and drift["drift"] == pytest.approx(1.3)
+    errors = random_validation(frame, models, sample,
+                               {c: _measured(1.3 * synthetic_time(c)) for _, c in sample})
+    s = summary_dict(errors, drift)
+    assert s["all"]["median_rel_error"] == pytest.approx(0.3 / 1.3)
+    assert s["anchored"]["all"]["worst_rel_error"] < 1e-6 and s["anchored"]["anchors"] == 8
+    assert "x1.30" in anchored_line(s) and "median of 8 grid cells" in anchored_line(s)
+    masked = random_validation(frame, models, sample, {c: _measured(
+        1.3 * (synthetic_time(c) + (1e-3 if c.masked else 0.0))) for _, c in sample})
+    assert summary_dict(masked, drift)["anchored"]["all"]["worst_rel_error"] > 1e-3
+    assert "anchored" not in summary_dict(errors)  # no anchors timed: no such figures
+    assert "no anchor cells" in anchored_line(summary_dict(errors))
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--sample", "0"], "--sample 0 is not allowed"),
     (["--repeats", "0"], "--repeats 0 is not allowed"),
     (["--rounds", "0"], "--rounds 0 is not allowed"),
+    (["--anchors", "-1"], "--anchors -1 is not allowed"),
     (["--max-gflop", "0"], "--max-gflop 0.0 is not allowed"),
     (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
 ])
@@ -136,8 +173,8 @@ def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     saved = tmp_path / "validation.json"
     argv = ["validate", "--results", str(REAL), "--sample", "3", "--seed", "0",
-            "--rounds", "2", "--repeats", "2", "--warmup", "1", "--save", str(saved),
-            "--json"]
+            "--rounds", "2", "--repeats", "2", "--warmup", "1", "--anchors", "2",
+            "--save", str(saved), "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == json.loads(saved.read_text())
@@ -146,6 +183,11 @@ def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 and r["repeats"] == 4
                for r in rows)  # 2 rounds x 2 calls
     assert out["box"] == "fitted" and out["rounds"] == 2
+    # two grid cells timed with the sample: the machine's drift since the fixture's day
+    assert len(out["anchors"]) == 2 and {a["config_id"] for a in out["anchors"]} <= set(
+        load_results(REAL).frame["config_id"].dropna())
+    assert out["summary"]["anchored"]["drift"] == pytest.approx(
+        float(np.median([a["ratio"] for a in out["anchors"]])))
     cells = set(load_results(REAL).frame["config_id"].dropna())
     assert not {r["config_id"] for r in rows} & cells  # measurements the model never saw
     assert out["summary"]["all"]["median_rel_error"] == pytest.approx(
@@ -160,6 +202,9 @@ def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
     configs = next(t.frame for t in section.tables if t.name == "random-configs")
     assert not section.absent and len(configs) == 3
     assert f"{100 * out['summary']['all']['median_rel_error']:.1f}%" in section.text[0]
+    assert anchored_line(out["summary"]) in section.text[0]
+    summary = next(t.frame for t in section.tables if t.name == "summary")
+    assert "all, against the grid's day" in summary["configs"].tolist()
 
 
 def test_report_refuses_a_file_that_is_not_a_validation(tmp_path: Path,

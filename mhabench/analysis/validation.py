@@ -228,6 +228,94 @@ def random_validation(frame: pd.DataFrame, models: Mapping[Key, TimeModel],
     return out
 
 
+# ----- the machine's drift since the grid, from grid cells timed with the sample ----------
+ANCHORS = 8  # grid cells re-timed with the sample (the median of 8 moves 5-8 % here)
+ANCHOR_MAX_S = 0.05  # only grid cells this fast: each visit of every round times one
+
+
+def anchor_cells(cells: Mapping[Key, pd.DataFrame], keys: Sequence[Key], count: int,
+                 seed: int, runnable: Callable[[AttentionConfig], None] | None = None
+                 ) -> list[tuple[AttentionConfig, float]]:
+    """``count`` grid cells of the groups ``keys`` (seeded), each with its asv time: timed
+    with the sample, they say how much slower or faster the machine runs now than when
+    the grid was timed (:func:`machine_drift`). On these VMs that moved 20 % within half an
+    hour (the same configs, ``mhabench validate`` 25 minutes apart), which no model can
+    know and which a comparison with a grid timed earlier charges to the model."""
+    pool = [(config_from_row(r), float(r["value"])) for key in sorted(set(keys))
+            for r in cells[key].to_dict("records") if r["value"] <= ANCHOR_MAX_S]
+    rng = np.random.default_rng(seed)
+    out: list[tuple[AttentionConfig, float]] = []
+    for i in rng.permutation(len(pool)):
+        if len(out) == count:
+            break
+        try:
+            if runnable is not None:
+                runnable(pool[i][0])
+        except ValueError:
+            continue
+        out.append(pool[i])
+    return out
+
+
+def machine_drift(anchors: Sequence[tuple[AttentionConfig, float]],
+                  measured: Mapping[AttentionConfig, Any]) -> dict[str, Any]:
+    """The median of measured / asv time over the anchors measured (``drift``: 1.2 means
+    the machine now runs 1.2x slower than when it timed the grid), and each anchor's."""
+    rows = [{"config_id": c.id, "asv_s": asv_s, "measured_s": measured[c].median_s,
+             "ratio": measured[c].median_s / asv_s} for c, asv_s in anchors if c in measured]
+    return {"anchors": len(rows), "drift": float(np.median([r["ratio"] for r in rows]))
+            if rows else None, "rows": rows}
+
+
+def anchored(errors: pd.DataFrame, drift: float) -> dict[str, Any]:
+    """Both models' median and worst relative errors (all, inside, extrapolated) with each
+    measurement divided by the machine's ``drift``: the grid's day, not today's."""
+    if errors.empty or not drift:
+        return {"cells": 0}
+    shifted = errors.assign(measured_s=errors["measured_s"] / drift)
+    parts = {part: _part(_with_errors(rows.copy())) for part, rows in _parts(shifted).items()}
+    return {"cells": len(errors), "drift": drift, **parts}
+
+
+def _parts(errors: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    return {"all": errors, "inside": errors[~errors["extrapolated"]],
+            "extrapolated": errors[errors["extrapolated"]]}
+
+
+def _part(rows: pd.DataFrame) -> dict[str, Any]:
+    if rows.empty:
+        return {"cells": 0}
+    s = error_summary(rows).iloc[0]
+    return {k: (int(s[k]) if k in ("cells", "extrapolated") else float(s[k]))
+            for k in SUMMARY_COLUMNS}
+
+
+PART_LABELS = {"all": "all", "inside": "inside the fitted ranges",
+               "extrapolated": "extrapolated"}
+
+
+def part_line(part: Mapping[str, Any], label: str) -> str:
+    """One part's figures (all, inside, extrapolated) in words, for the CLI and the report."""
+    if not part.get("cells"):
+        return f"{label}: none"
+    return (f"{label} ({part['cells']} configs): median error "
+            f"{100 * part['median_rel_error']:.1f}%, worst {100 * part['worst_rel_error']:.1f}% "
+            f"(FLOP model {100 * part['flop_rate_median_rel_error']:.1f}% / "
+            f"{100 * part['flop_rate_worst_rel_error']:.1f}%)")
+
+
+def anchored_line(summary: Mapping[str, Any]) -> str:
+    """One sentence on :func:`anchored`'s figures (CLI and report); older files lack them."""
+    a = summary.get("anchored") or {}
+    if not a.get("cells"):
+        return "against the grid's day: no figures (no anchor cells were timed)"
+    parts = "; ".join(part_line(a[key], label) for key, label in PART_LABELS.items()
+                      if a[key].get("cells"))
+    return (f"against the grid's day (the machine ran x{a['drift']:.2f} the grid's times: "
+            f"median of {a.get('anchors', '?')} grid cells timed with the sample; each "
+            f"measurement divided by that): {parts}")
+
+
 def common_scale(errors: pd.DataFrame) -> dict[str, Any]:
     """Both models' errors after one scale each: the sample's median of measured / predicted.
 
@@ -253,18 +341,16 @@ def common_scale(errors: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def summary_dict(errors: pd.DataFrame) -> dict[str, Any]:
-    """Overall, inside-the-fitted-ranges and extrapolated median/worst errors, and all of
-    them after one common scale per model (:func:`common_scale`)."""
-    def part(rows: pd.DataFrame) -> dict[str, Any]:
-        if rows.empty:
-            return {"cells": 0}
-        s = error_summary(rows).iloc[0]
-        return {k: (int(s[k]) if k in ("cells", "extrapolated") else float(s[k]))
-                for k in SUMMARY_COLUMNS}
-    return {"all": part(errors), "inside": part(errors[~errors["extrapolated"]]),
-            "extrapolated": part(errors[errors["extrapolated"]]),
-            "common_scale": common_scale(errors)}
+def summary_dict(errors: pd.DataFrame, drift: Mapping[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """Overall, inside-the-fitted-ranges and extrapolated median/worst errors; the same
+    against the grid's day where anchor cells measured the machine's drift
+    (:func:`anchored`); and all of them after one common scale per model
+    (:func:`common_scale`)."""
+    out: dict[str, Any] = {part: _part(rows) for part, rows in _parts(errors).items()}
+    if drift and drift.get("drift"):
+        out["anchored"] = {**anchored(errors, drift["drift"]), "anchors": drift["anchors"]}
+    return {**out, "common_scale": common_scale(errors)}
 
 
 def common_scale_line(summary: Mapping[str, Any]) -> str:
@@ -283,12 +369,14 @@ def common_scale_line(summary: Mapping[str, Any]) -> str:
 
 
 # ----- the saved file ---------------------------------------------------------------------
-def validation_payload(errors: pd.DataFrame, **meta: Any) -> dict[str, Any]:
+def validation_payload(errors: pd.DataFrame, drift: Mapping[str, Any] | None = None,
+                       **meta: Any) -> dict[str, Any]:
     """What ``mhabench validate --json/--save`` writes (the report's validation section
-    reads it back with :func:`load_validation`)."""
+    reads it back with :func:`load_validation`); ``drift``: :func:`machine_drift`'s."""
     return {"kind": FORMAT, "version": 1, "host": platform.node(),
             "created": datetime.now(UTC).isoformat(), **meta,
-            "summary": summary_dict(errors), "rows": errors.to_dict(orient="records")}
+            "summary": summary_dict(errors, drift), "anchors": (drift or {}).get("rows", []),
+            "rows": errors.to_dict(orient="records")}
 
 
 def save_validation(payload: dict[str, Any], path: str | Path) -> Path:

@@ -40,6 +40,9 @@ def add_command(sub: Any) -> None:
                    help="untimed calls per config before its timed calls in each round")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: the thread count the results were timed at)")
+    p.add_argument("--anchors", type=int, default=None,
+                   help="grid cells timed with the sample, to measure how far the machine's "
+                        "speed has moved since the grid was timed (default 8; 0: none)")
     p.add_argument("--max-gflop", type=float, default=None,
                    help="redraw configs above this many model GFLOPs (default 2)")
     p.add_argument("--save", default=None, metavar="FILE.json",
@@ -62,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise CLIError(f"--{name} {getattr(args, name)} is not allowed; it must be a "
                            "positive integer")
-    if args.warmup < 0:
-        raise CLIError(f"--warmup {args.warmup} is not allowed; it must be 0 or more")
+    for name in ("warmup", "anchors"):
+        if (getattr(args, name) or 0) < 0:
+            raise CLIError(f"--{name} {getattr(args, name)} is not allowed; it must be 0 or "
+                           "more")
     if args.max_gflop is not None and not args.max_gflop > 0:
         raise CLIError(f"--max-gflop {args.max_gflop} is not allowed; it must be above 0")
     if args.save is not None and Path(args.save).exists():
@@ -71,8 +76,14 @@ def run(args: argparse.Namespace) -> int:
                        "choose a new file name")
     from mhabench.analysis.timemodel import fit_models, groups
     from mhabench.analysis.validation import (
+        ANCHORS,
         MAX_GFLOP,
+        PART_LABELS,
+        anchor_cells,
+        anchored_line,
         common_scale_line,
+        machine_drift,
+        part_line,
         random_validation,
         sample_configs,
         save_validation,
@@ -102,11 +113,16 @@ def run(args: argparse.Namespace) -> int:
     configs = sample_configs(models, groups(results.frame), args.sample, args.seed, max_gflop,
                              runnable=check_runnable, wide=args.wide)
     box = "the wider box (extrapolations)" if args.wide else "inside the fitted ranges"
-    say(f"{len(configs)} configs drawn {box} (seed {args.seed}); timing them interleaved, "
+    anchors = anchor_cells(groups(results.frame), [k for k, _ in configs],
+                           ANCHORS if args.anchors is None else args.anchors, args.seed,
+                           runnable=check_runnable)
+    say(f"{len(configs)} configs drawn {box} (seed {args.seed}), and {len(anchors)} grid "
+        f"cells to measure the machine's drift since the grid; timing them interleaved, "
         f"{args.rounds} rounds x {args.repeats} calls")
     window = Window.open()
     measured = measure_interleaved(
-        [c for _, c in configs], rounds=args.rounds, repeats=args.repeats,
+        [c for _, c in configs] + [c for c, _ in anchors],  # the sample holds no grid cell
+        rounds=args.rounds, repeats=args.repeats,
         warmup=args.warmup, threads=threads, progress=say,
         on_error=lambda c, exc: say(f"skipped {c.id}: {exc}"))
     other = window.other_cores() if window is not None else None
@@ -114,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"warning: the machine was busy: other processes took {other:.2f} cores on "
             "average while timing (they slow every config; rerun on a quiet machine)")
     errors = random_validation(results.frame, models, configs, measured)
-    payload = validation_payload(errors, machine=machine, results=str(args.results),
+    drift = machine_drift(anchors, measured)
+    payload = validation_payload(errors, drift, machine=machine, results=str(args.results),
                                  seed=args.seed, sample=args.sample, threads=threads,
                                  rounds=args.rounds, repeats=args.repeats,
                                  max_gflop=max_gflop, box="wide" if args.wide else "fitted",
@@ -131,13 +148,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['config_id']}: measured {r['measured_s'] * 1e3:.3f} ms, predicted "
               f"{r['predicted_s'] * 1e3:.3f} ms ({100 * r['signed_error']:+.0f}%){mark}")
     print(f"sample drawn {box}, seed {args.seed}")
-    for part, label in (("all", "all"), ("inside", "inside the fitted ranges"),
-                        ("extrapolated", "extrapolated")):
-        p = s[part]
-        if p.get("cells"):
-            print(f"{label} ({p['cells']} configs): median error "
-                  f"{100 * p['median_rel_error']:.1f}%, worst {100 * p['worst_rel_error']:.1f}% "
-                  f"(FLOP model {100 * p['flop_rate_median_rel_error']:.1f}% / "
-                  f"{100 * p['flop_rate_worst_rel_error']:.1f}%)")
+    for part, label in PART_LABELS.items():
+        if s[part].get("cells"):
+            print(part_line(s[part], label))
+    print(anchored_line(s))
     print(common_scale_line(s))
     return 0
