@@ -12,6 +12,7 @@ import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
 from mhabench.analysis.results import load_results
+from mhabench.analysis.sampling import sample_configs
 from mhabench.analysis.timemodel import (
     FEATURES,
     CellFeatures,
@@ -23,7 +24,7 @@ from mhabench.analysis.timemodel import (
     select_model,
     underdetermined,
 )
-from mhabench.analysis.validation import error_summary, leave_out, sample_configs
+from mhabench.analysis.validation import error_summary, leave_out
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
 

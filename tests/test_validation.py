@@ -12,15 +12,13 @@ import pytest
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
 from mhabench.analysis.results import load_results
+from mhabench.analysis.sampling import ANCHOR_MAX_S, anchor_cells, sample_configs
 from mhabench.analysis.timemodel import fit_models, groups
 from mhabench.analysis.validation import (
-    ANCHOR_MAX_S,
-    anchor_cells,
     anchored_line,
     load_validation,
     machine_drift,
     random_validation,
-    sample_configs,
     summary_dict,
 )
 from mhabench.cli import main

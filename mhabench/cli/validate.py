@@ -74,18 +74,15 @@ def run(args: argparse.Namespace) -> int:
     if args.save is not None and Path(args.save).exists():
         raise CLIError(f"--save {args.save!r} already exists and is never overwritten; "
                        "choose a new file name")
+    from mhabench.analysis.sampling import ANCHORS, MAX_GFLOP, anchor_cells, sample_configs
     from mhabench.analysis.timemodel import fit_models, groups
     from mhabench.analysis.validation import (
-        ANCHORS,
-        MAX_GFLOP,
         PART_LABELS,
-        anchor_cells,
         anchored_line,
         common_scale_line,
         machine_drift,
         part_line,
         random_validation,
-        sample_configs,
         save_validation,
         validation_payload,
     )
