@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -160,9 +161,20 @@ def test_interleaved_timing_visits_configs_round_robin(monkeypatch: pytest.Monke
     monkeypatch.setattr(interleaved, "configure_process", lambda threads: 1)
     skipped = []
     out = interleaved.measure_interleaved(configs, rounds=3, repeats=2, warmup=1,
-                                          on_error=lambda c, e: skipped.append(c))
+                                          on_error=lambda c, e: skipped.append(c), warmup_s=0)
     assert skipped == [configs[2]] and set(out) == set(configs[:2])
     assert calls == ["h1"] * 3 + ["h2"] * 3 + ["h1"] * 3 + ["h2"] * 3 + ["h1"] * 3 + ["h2"] * 3
     assert all(m.repeats == 6 for m in out.values())  # 3 rounds x 2 timed calls
     with pytest.raises(ValueError, match="not here"):
         interleaved.measure_interleaved(configs, rounds=1)
+    # By default a visit's warm calls go on until they took WARMUP_S (a sub-millisecond
+    # step read up to 2x after one warm call); warmup=0 makes none.
+    calls.clear()
+    monkeypatch.setattr(interleaved, "prepare", lambda config, warmup: lambda: (
+        calls.append(config.heads), time.sleep(0.001)))
+    interleaved.measure_interleaved(configs[:1], rounds=2, repeats=1, warmup=1)
+    visit = interleaved.WARMUP_S / 0.001
+    assert 2 * (visit / 2 + 1) <= len(calls) <= 2 * (visit + 2)  # 2 visits, ~20 warm calls
+    calls.clear()
+    interleaved.measure_interleaved(configs[:1], rounds=2, repeats=1, warmup=0)
+    assert len(calls) == 2  # the timed calls only

@@ -37,7 +37,8 @@ def add_command(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=2,
                    help="timed calls per config in each round (default 2)")
     p.add_argument("--warmup", type=int, default=1,
-                   help="untimed calls per config before its timed calls in each round")
+                   help="untimed calls per config before its timed calls in each round, "
+                        "and more until they took 20 ms (default 1; 0: none)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: the thread count the results were timed at)")
     p.add_argument("--anchors", type=int, default=None,

@@ -3,24 +3,32 @@
 Timing configs one after another lets a slow minute of a shared machine (another job,
 a hypervisor's steal) land on a few configs only; round-robin spreads any drift over all
 of them alike, and the median per config drops the rounds it hit hardest. Each visit
-first makes ``warmup`` untimed calls, so the config's weights and inputs are back in the
-caches as they are between asv's back-to-back samples, then ``repeats`` timed calls.
+first makes ``warmup`` untimed calls, and more until they have taken ``warmup_s`` (none
+where ``warmup`` is 0), so the
+config's weights, inputs and code paths are back in the caches as they are between asv's
+back-to-back samples, then ``repeats`` timed calls. One warm call was not enough for
+sub-millisecond steps: JAX decode steps of 0.1-0.4 ms read 1.25-2x their time in a fresh
+process each (``mhabench time``) after the 23 other configs of a sample; with 20 ms of
+warm calls, 1.0-1.25x.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from mhabench.core.config import AttentionConfig
 from mhabench.measure.timing import Measurement, configure_process, prepare, timed_call
 
+WARMUP_S = 0.02  # each visit's warm calls take at least this long
+
 
 def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
                         repeats: int = 2, warmup: int = 1, threads: int | None = None,
                         on_error: Callable[[AttentionConfig, ValueError], None] | None = None,
-                        progress: Callable[[str], None] = lambda _: None
-                        ) -> dict[AttentionConfig, Measurement]:
+                        progress: Callable[[str], None] = lambda _: None,
+                        warmup_s: float = WARMUP_S) -> dict[AttentionConfig, Measurement]:
     """``rounds`` x ``repeats`` timings per config, visited round-robin; one
     :class:`Measurement` per config that could be prepared. A config whose build raises
     ValueError (UnavailableError included) is passed to ``on_error`` (or re-raised) and
@@ -43,7 +51,9 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
     for r in range(rounds):
         progress(f"round {r + 1}/{rounds} over {len(steps)} configs")
         for config, step in steps.items():
-            for _ in range(warmup):
+            start, calls = time.perf_counter(), 0
+            while warmup and (calls < warmup or time.perf_counter() - start < warmup_s):
                 step()
+                calls += 1
             times[config].extend(timed_call(step) for _ in range(repeats))
     return {c: Measurement(c, tuple(t), used) for c, t in times.items()}
