@@ -111,7 +111,7 @@ def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataF
                      f"(got {len(out)}); raise --max-gflop or lower --sample")
 
 
-ANCHORS = 8  # grid cells re-timed with the sample (the median of 8 moves 5-8 % here)
+ANCHORS = 8  # grid cells re-timed with the sample (the median of 8 moves 5-10 % here)
 ANCHOR_MAX_S = 0.05  # only grid cells this fast: each visit of every round times one
 
 
@@ -120,9 +120,10 @@ def anchor_cells(cells: Mapping[Key, pd.DataFrame], keys: Sequence[Key], count: 
                  ) -> list[tuple[AttentionConfig, float]]:
     """``count`` grid cells of the groups ``keys`` (seeded), each with its asv time: timed
     with the sample, they say how much slower or faster the machine runs now than when
-    the grid was timed (:func:`machine_drift`). On these VMs that moved 20 % within half an
-    hour (the same configs, ``mhabench validate`` 25 minutes apart), which no model can
-    know and which a comparison with a grid timed earlier charges to the model."""
+    the grid was timed (:func:`mhabench.analysis.validation.machine_drift`). On these VMs
+    that moved 20 % within half an hour (the same configs, ``mhabench validate`` 25
+    minutes apart), which no model can know and which a comparison with a grid timed
+    earlier charges to the model."""
     pool = [(config_from_row(r), float(r["value"])) for key in sorted(set(keys))
             for r in cells[key].to_dict("records") if r["value"] <= ANCHOR_MAX_S]
     rng = np.random.default_rng(seed)
