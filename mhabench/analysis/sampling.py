@@ -24,6 +24,8 @@ from mhabench.core.cost import TRAIN_FACTOR, cost
 
 WIDEN = 2  # the random sample's box: [smallest / WIDEN, largest * WIDEN] per field
 MAX_GFLOP = 2.0  # keeps each freshly timed config to tens of ms on a 2-core CPU
+ANCHORS = 8  # grid cells re-timed with the sample (the median of 8 moves 5-10 % here)
+ANCHOR_MAX_S = 0.05  # only grid cells this fast: each visit of every round times one
 
 
 def _log_int(rng: np.random.Generator, lo: float, hi: float) -> int:
@@ -109,10 +111,6 @@ def sample_configs(models: Mapping[Key, TimeModel], cells: Mapping[Key, pd.DataF
             out.append((key, config))
     raise ValueError(f"could not draw {size} runnable configs under {max_gflop:g} GFLOP "
                      f"(got {len(out)}); raise --max-gflop or lower --sample")
-
-
-ANCHORS = 8  # grid cells re-timed with the sample (the median of 8 moves 5-10 % here)
-ANCHOR_MAX_S = 0.05  # only grid cells this fast: each visit of every round times one
 
 
 def anchor_cells(cells: Mapping[Key, pd.DataFrame], keys: Sequence[Key], count: int,

@@ -108,12 +108,14 @@ def error_summary(errors: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
 
 def random_validation(frame: pd.DataFrame, models: Mapping[Key, TimeModel],
                       configs: Sequence[tuple[Key, AttentionConfig]],
-                      measured: Mapping[AttentionConfig, Any]) -> pd.DataFrame:
+                      measured: Mapping[AttentionConfig, Any],
+                      by_group: Mapping[Key, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Compare each config's measurement (``measured[config]``, a
     :class:`mhabench.measure.timing.Measurement`, e.g. from
     :func:`mhabench.measure.interleaved.measure_interleaved`) with the model's prediction
-    and the FLOP baseline; one row per measured config (the others are left out)."""
-    by_group = groups(frame)
+    and the FLOP baseline; one row per measured config (the others are left out).
+    ``by_group``: ``groups(frame)`` if already computed."""
+    by_group = groups(frame) if by_group is None else by_group
     rows = []
     for key, config in configs:
         if config not in measured:
@@ -146,14 +148,15 @@ def machine_drift(anchors: Sequence[tuple[AttentionConfig, float]],
             if rows else None, "rows": rows}
 
 
-def anchored(errors: pd.DataFrame, drift: float) -> dict[str, Any]:
+def anchored(errors: pd.DataFrame, drift: Mapping[str, Any]) -> dict[str, Any]:
     """Both models' median and worst relative errors (all, inside, extrapolated) with each
-    measurement divided by the machine's ``drift``: the grid's day, not today's."""
-    if errors.empty or not drift:
+    measurement divided by the machine's drift (:func:`machine_drift`'s): the grid's day,
+    not today's."""
+    if errors.empty:
         return {"cells": 0}
-    shifted = errors.assign(measured_s=errors["measured_s"] / drift)
-    parts = {part: _part(_with_errors(rows.copy())) for part, rows in _parts(shifted).items()}
-    return {"cells": len(errors), "drift": drift, **parts}
+    shifted = _with_errors(errors.assign(measured_s=errors["measured_s"] / drift["drift"]))
+    return {"cells": len(errors), "drift": drift["drift"], "anchors": drift["anchors"],
+            **{part: _part(rows) for part, rows in _parts(shifted).items()}}
 
 
 def _parts(errors: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -228,7 +231,7 @@ def summary_dict(errors: pd.DataFrame, drift: Mapping[str, Any] | None = None
     (:func:`common_scale`)."""
     out: dict[str, Any] = {part: _part(rows) for part, rows in _parts(errors).items()}
     if drift and drift.get("drift"):
-        out["anchored"] = {**anchored(errors, drift["drift"]), "anchors": drift["anchors"]}
+        out["anchored"] = anchored(errors, drift)
     return {**out, "common_scale": common_scale(errors)}
 
 

@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mhabench validate: {message}", file=sys.stderr, flush=True)
 
     results = load_results(args, "validate")
-    models = fit_models(results.frame)
+    by_group = groups(results.frame)  # timing_cells once for the fit, draws and comparison
+    models = fit_models(results.frame, by_group)
     machines = sorted({k[0] for k in models})
     if not machines:
         raise CLIError(f"no time model could be fitted from {args.results!r}: no group has "
@@ -108,10 +109,10 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads if args.threads is not None else _threads(results.frame, machine)
     configure_process(threads)  # before JAX touches a device
     max_gflop = MAX_GFLOP if args.max_gflop is None else args.max_gflop
-    configs = sample_configs(models, groups(results.frame), args.sample, args.seed, max_gflop,
+    configs = sample_configs(models, by_group, args.sample, args.seed, max_gflop,
                              runnable=check_runnable, wide=args.wide)
     box = "the wider box (extrapolations)" if args.wide else "inside the fitted ranges"
-    anchors = anchor_cells(groups(results.frame), [k for k, _ in configs],
+    anchors = anchor_cells(by_group, [k for k, _ in configs],
                            ANCHORS if args.anchors is None else args.anchors, args.seed,
                            runnable=check_runnable)
     say(f"{len(configs)} configs drawn {box} (seed {args.seed}), and {len(anchors)} grid "
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if other is not None and other >= DISTURBED_CORES:
         say(f"warning: the machine was busy: other processes took {other:.2f} cores on "
             "average while timing (they slow every config; rerun on a quiet machine)")
-    errors = random_validation(results.frame, models, configs, measured)
+    errors = random_validation(results.frame, models, configs, measured, by_group)
     drift = machine_drift(anchors, measured)
     payload = validation_payload(errors, drift, machine=machine, results=str(args.results),
                                  seed=args.seed, sample=args.sample, threads=threads,
