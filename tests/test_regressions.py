@@ -149,7 +149,61 @@ def test_a_third_of_the_cells_slower_on_a_drifting_machine_still_holds() -> None
         elsewhere += sum(s.verdict == "holds" and int(s.history.cell[5:]) >= 18
                          for s in verdicts.steps)
     assert held >= 0.9 * 4 * 18 and elsewhere <= 1, (held, elsewhere)
-    assert np.median(absorbed) < 0.09, absorbed
+    assert np.median(absorbed) < 0.03, absorbed
+
+
+def test_a_backend_whose_cells_move_together_without_a_change_is_judged_by_its_own_scatter(
+        ) -> None:
+    """A VM whose bursts slow a few seconds of cells together moves a backend's cells
+    together (on the real tiny history, a backend's median cell moved 1.3-1.5x at commits
+    that changed no code). Each backend's cells here share an offset per commit (SD 12 %)
+    over their own 5 %. Judged as a median of independent cells, the backends held 5 false
+    steps (and 33 candidates) in 20 such histories; judged by the scatter of the backends'
+    median cells from commit to commit, none holds (8 candidates), and a real 1.8x step of
+    one backend is still found in 18 of 20."""
+    import dataclasses
+
+    rng = np.random.default_rng(21)
+    false_holds = found = 0
+    for _ in range(20):
+        cells = suite(rng, 72, 6, steps={c: (3, 1.8) for c in range(0, 72, 6)},
+                      process_noise=0.05, groups=6)
+        shared = np.exp(0.12 * rng.standard_normal((6, 6)))  # group x commit
+        cells = [dataclasses.replace(h, values=tuple(
+            v * shared[c % 6, k] for k, v in enumerate(h.values))) for c, h in enumerate(cells)]
+        verdicts = regressions(cells, 1.1)
+        false_holds += sum(g.verdict == "holds" for g in verdicts.groups
+                           if not (g.group == "fw/backend0" and g.after == f"{3:040x}"))
+        found += any(g.group == "fw/backend0" and g.after == f"{3:040x}"
+                     and g.verdict in ("holds", "candidate") for g in verdicts.groups)
+    assert false_holds == 0 and found >= 16, (false_holds, found)
+
+
+def test_a_burst_of_the_machine_is_read_from_the_cells_timed_beside_it() -> None:
+    """A VM slows for seconds at a time: at commit 2 a burst slows 1.6x the cells timed
+    from the 13th to the 36th of the run, the whole of backend 0's block (cells 16-31,
+    timed together as asv times a backend's cells) and four cells of each neighbour;
+    backend 0 is really 1.5x slower from commit 3. With one effect per run the burst
+    reads as backend 0's step, at commit 2. With each process's start in its load record,
+    the cells of other backends timed beside each cell tell the burst apart: the step
+    holds at commit 3 and nothing holds at commit 2."""
+    import dataclasses
+
+    rng = np.random.default_rng(22)
+    order = [*range(0, 16), *range(16, 32), *range(32, 48)]  # timing order: g1, g0, g2
+    group_of = {c: 1 if c < 16 else 0 if c < 32 else 2 for c in range(48)}
+    cells = suite(rng, 48, 6, steps={c: (3, 1.5) for c in range(16, 32)},
+                  process_noise=0.05, groups=3, group_of=group_of)
+    cells = [dataclasses.replace(h, values=tuple(
+        v * (1.6 if k == 2 and 12 <= c < 36 else 1.0) for k, v in enumerate(h.values)))
+        for c, h in enumerate(cells)]
+    loads = {(h.commits[k], "env", h.asv_cell): CellLoad(0.0, 0.0, None, 1,
+                                                         100.0 * k + 0.15 * order.index(c))
+             for c, h in enumerate(cells) for k in range(6)}
+    for records, at in ((None, 2), (loads, 3)):
+        verdicts = regressions(cells, 1.1, loads=records)
+        held = [(g.group, g.after) for g in verdicts.groups if g.verdict == "holds"]
+        assert held == [("fw/backend0", f"{at:040x}")], (records is None, held)
 
 
 def test_a_burst_at_the_step_s_commit_leaves_the_step_at_its_commit() -> None:

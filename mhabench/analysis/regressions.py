@@ -6,7 +6,10 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
 2. How each whole run moved is set apart from each cell's level (a median polish of the
    log values, :mod:`mhabench.analysis.runs`); a run that moved as a whole, or was timed
    while other processes took the machine (``mhabench.measure.machine_load``), is reported as a
-   run, not as a regression of each of its cells.
+   run, not as a regression of each of its cells. Where the load records say when each
+   cell's process started, the machine's state at that moment (the cells of other
+   backends timed nearest it) is set apart too: a VM slows for seconds at a time, and a
+   run's cells with it in blocks.
 3. asv's step detection finds the upward steps of each cell's run-adjusted log values
    (:mod:`mhabench.analysis.steps`). The noise they must beat is the cell's
    commit-to-commit scatter: the samples of one commit come from one process and scatter
@@ -19,9 +22,11 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    runs), or is noise.
 5. A change confined to one framework/backend moves all of its cells at one commit: the
    median of those cells (each its own process) is judged the same way, with the SD of a
-   median over that many cells (:class:`GroupStep`), and each of its cells that moved
-   the same way takes the group's verdict. On the tiny grid, whose sub-millisecond
-   cells scatter 10-25 % from process to process, only the group can tell a 1.5x step.
+   median over that many cells (:mod:`mhabench.analysis.group_steps`), and each of its
+   cells that moved the same way takes the group's verdict. On the tiny grid, whose
+   sub-millisecond cells scatter 10-25 % from process to process, only the group can tell
+   a 1.5x step. The run effects of step 2 are then estimated again with the groups'
+   steps taken out of their cells (a change of code is no move of the machine's).
 6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
    either side in 16 fresh interleaved rounds (``asv continuous``, the gate's second
    stage); its verdicts (:mod:`mhabench.analysis.confirmations`) make a step
@@ -36,8 +41,6 @@ As in asv, a higher value is worse for every benchmark type.
 from __future__ import annotations
 
 import math
-import statistics
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,14 +50,28 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.confirmations import Confirmation
-from mhabench.analysis.runs import Run, log_matrix, noise_scales, run_effects, runs
-from mhabench.analysis.steps import classify, fit_steps, median_se, z_score
+from mhabench.analysis.group_steps import (
+    GroupStep,
+    code_shift,
+    group_members,
+    group_series,
+    group_steps,
+    series_scale,
+)
+from mhabench.analysis.runs import (
+    Run,
+    local_effects,
+    log_matrix,
+    noise_scales,
+    run_effects,
+    runs,
+)
+from mhabench.analysis.steps import classify, fit_steps, z_score
 from mhabench.measure.machine_load import CellLoad
 
 TIME_KINDS = ("time",)
 VALUE_KINDS = ("peakmem", "mem", "track")
 HISTORY_KEY = ("machine", "env_name", "benchmark", "cell")
-MIN_GROUP_CELLS = 3  # a framework/backend with fewer cells is judged cell by cell only
 # Which verdict wins when a cell's own step and its group's meet at one commit.
 RANK = {"noise": 0, "disturbed": 1, "candidate": 2, "holds": 3, "cleared": 4, "confirmed": 4}
 # What the report shows for each verdict, and whether it counts as a regression.
@@ -85,24 +102,6 @@ class History:
     samples: tuple[tuple[float, ...] | None, ...]
     asv_cell: str = ""  # asv's name with parameters (``name(repr, ...)``)
     group: str = ""  # framework/backend of an attention cell, "" for others
-
-
-@dataclass(frozen=True)
-class GroupStep:
-    """A step shared by the cells of one framework/backend at one commit: the median of
-    its cells' run-adjusted changes, judged by the SD of a median over that many cells
-    (each cell's value at a commit comes from its own process)."""
-
-    machine: str
-    env_name: str
-    group: str
-    before: str  # the last commit on the old level, and the first on the new
-    after: str
-    ratio: float
-    z: float
-    cells: int  # cells of the group measured on both sides
-    verdict: str  # holds, candidate or noise (disturbed: rests on disturbed runs)
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -266,6 +265,64 @@ def _why(run: Run | None, cell_disturbed: bool) -> str:
         "disturbed")
 
 
+BACKFIT_PASSES = 4  # run effects, group steps, run effects without them, ... (2 suffice)
+
+
+@dataclass
+class _Fit:
+    """One machine, environment and kind's runs, noise and group steps."""
+
+    runs: list[Run]
+    run_disturbed: np.ndarray  # per commit
+    residuals: np.ndarray  # log values less the run's and the moment's effects (cells x
+    # commits)
+    sigmas: np.ndarray  # each cell's noise between processes
+    groups: list[tuple[str, list[int], GroupStep, tuple[int, int], tuple[int, int]]]
+
+
+def _fit(key: tuple[str, str, str], members: Sequence[History], x: np.ndarray,
+         commits: Sequence[str], cell_loads: Sequence[Sequence[CellLoad | None]],
+         loaded: np.ndarray, threshold: float) -> _Fit:
+    """Run effects, time-local effects and group steps by backfitting: the machine's
+    effects are estimated with the group steps found so far taken out of their cells (a
+    change of code is not the machine's), until the steps found stay the same. Time-local
+    effects need each cell's start (its load record); memory and track values get none."""
+    labels = [h.group for h in members]
+    member_rows = group_members(labels)
+    starts = np.array([[np.nan if load is None or load.start is None or key[2] != "time"
+                        else load.start for load in row] for row in cell_loads],
+                      dtype=float).reshape(x.shape)
+    shift = np.zeros_like(x)
+    for _ in range(BACKFIT_PASSES):
+        # the levels and run effects without the moment's (which would feed one backend's
+        # step, through its neighbours' levels, back into its own residuals)
+        level, run = run_effects(x - shift, labels)
+        local = local_effects(x - shift - run[None, :] - level[:, None], starts, labels)
+        found_runs = runs(x - shift, level, run, commits, cell_loads)
+        runs_at = {r.position: r for r in found_runs}
+        run_disturbed = np.array([runs_at[k].disturbed if k in runs_at else False
+                                  for k in range(len(commits))])
+        residuals = x - run[None, :] - local
+        sigmas = noise_scales(residuals, loaded | run_disturbed[None, :],
+                              [h.benchmark for h in members])
+        # A run that moved as a whole stays in the group's series (its effect is taken
+        # out; it only does not count as clean evidence), so the step is placed at its
+        # commit; a cell timed under load is left out of the median.
+        deviations = residuals - level[:, None]
+        series = [found[1] for rows in member_rows.values()
+                  if (found := group_series(rows, deviations - shift, loaded)) is not None]
+        series_sd = series_scale(series)
+        found = [(group, rows, *step) for group, rows in member_rows.items()
+                 for step in group_steps(key, group, rows, deviations, loaded, sigmas,
+                                         commits, threshold, run_disturbed, series_sd)]
+        new = code_shift(x.shape, member_rows, [(g, s, a) for g, _, s, _, a in found])
+        done = np.allclose(np.nan_to_num(new), np.nan_to_num(shift), atol=1e-3)
+        shift = new
+        if done:
+            break
+    return _Fit(found_runs, run_disturbed, residuals, sigmas, found)
+
+
 def regressions(histories_: Sequence[History], threshold: float,
                 loads: Mapping[tuple[str, str, str], CellLoad] | None = None,
                 confirmations: Mapping[tuple[str, str, str, str], Confirmation] | None = None,
@@ -287,19 +344,15 @@ def regressions(histories_: Sequence[History], threshold: float,
         position = {c: i for i, c in enumerate(commits)}
         x = log_matrix([{position[c]: v for c, v in zip(h.commits, h.values, strict=True)}
                         for h in members], len(commits))
-        level, run = run_effects(x, [h.group for h in members])
         cell_loads = [[loads.get((c, h.env_name, h.asv_cell)) for c in commits]
                       for h in members]
-        group_runs = runs(x, level, run, commits, cell_loads)
-        verdicts.runs[key] = group_runs
-        runs_at = {r.position: r for r in group_runs}
-        run_disturbed = np.array([runs_at[k].disturbed if k in runs_at else False
-                                  for k in range(len(commits))])
         loaded = np.array([[bool(load and load.disturbed) for load in row]
                            for row in cell_loads])
-        disturbed = loaded | run_disturbed[None, :]
-        residuals = x - run[None, :]
-        sigmas = noise_scales(residuals, disturbed, [h.benchmark for h in members])
+        fit = _fit(key, members, x, commits, cell_loads, loaded, threshold)
+        verdicts.runs[key] = fit.runs
+        runs_at = {r.position: r for r in fit.runs}
+        disturbed = loaded | fit.run_disturbed[None, :]
+        residuals, sigmas = fit.residuals, fit.sigmas
         cell_steps: dict[int, dict[int, Step]] = {}  # member -> after position -> step
         for i, h in enumerate(members):
             index = [position[c] for c in h.commits]
@@ -307,93 +360,33 @@ def regressions(histories_: Sequence[History], threshold: float,
             for step in _judge(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
                                threshold, confirmations, own):
                 cell_steps.setdefault(i, {})[index[step.after]] = step
-        for group, rows in _group_members(members).items():
-            # A run that moved as a whole stays in the group's series (its effect is
-            # taken out; it only does not count as clean evidence), so the step is placed
-            # at its commit; a cell timed under load is left out of the median.
-            for found, seg_b, seg_a in _group_steps(
-                    key, group, rows, residuals - level[:, None], loaded, sigmas, commits,
-                    threshold, run_disturbed):
-                verdicts.groups.append(found)
-                if found.verdict not in ("holds", "candidate"):
+        for _, rows, found, seg_b, seg_a in fit.groups:
+            verdicts.groups.append(found)
+            if found.verdict not in ("holds", "candidate"):
+                continue
+            for i in rows:  # each cell of the group, judged with the group
+                h = members[i]
+                index = [position[c] for c in h.commits]
+                at = {k: j for j, k in enumerate(index)}
+                b = [at[k] for k in range(*seg_b) if k in at]
+                a = [at[k] for k in range(*seg_a) if k in at]
+                if not b or not a or a[0] != b[-1] + 1:
                     continue
-                for i in rows:  # each cell of the group, judged with the group
-                    h = members[i]
-                    index = [position[c] for c in h.commits]
-                    at = {k: j for j, k in enumerate(index)}
-                    b = [at[k] for k in range(*seg_b) if k in at]
-                    a = [at[k] for k in range(*seg_a) if k in at]
-                    if not b or not a or a[0] != b[-1] + 1:
-                        continue
-                    step = _step(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
-                                 (b[0], b[-1] + 1), (a[0], a[-1] + 1), confirmations,
-                                 {j: runs_at[k] for j, k in enumerate(index) if k in runs_at},
-                                 found)
-                    old = cell_steps.get(i, {}).get(seg_a[0])
-                    # a cell that moved the group's way takes its verdict (its scatter
-                    # may hide the step, or put it a commit beside: the group's is better)
-                    if step.ratio > 1 and (old is None or RANK[step.verdict] >= RANK[
-                            old.verdict]):
-                        mine = cell_steps.setdefault(i, {})
-                        mine[seg_a[0]] = step
-                        for k in (seg_a[0] - 1, seg_a[0] + 1):
-                            near = mine.get(k)
-                            if near is not None and near.ratio > 1 and near.confirmation is None:
-                                del mine[k]
+                step = _step(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
+                             (b[0], b[-1] + 1), (a[0], a[-1] + 1), confirmations,
+                             {j: runs_at[k] for j, k in enumerate(index) if k in runs_at},
+                             found)
+                old = cell_steps.get(i, {}).get(seg_a[0])
+                # a cell that moved the group's way takes its verdict (its scatter
+                # may hide the step, or put it a commit beside: the group's is better)
+                if step.ratio > 1 and (old is None or RANK[step.verdict] >= RANK[
+                        old.verdict]):
+                    mine = cell_steps.setdefault(i, {})
+                    mine[seg_a[0]] = step
+                    for k in (seg_a[0] - 1, seg_a[0] + 1):
+                        near = mine.get(k)
+                        if near is not None and near.ratio > 1 and near.confirmation is None:
+                            del mine[k]
         verdicts.steps += [step for i in sorted(cell_steps)
                            for _, step in sorted(cell_steps[i].items())]
     return verdicts
-
-
-def _group_members(members: Sequence[History]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for i, h in enumerate(members):
-        if h.group:
-            out.setdefault(h.group, []).append(i)
-    return {g: rows for g, rows in out.items() if len(rows) >= MIN_GROUP_CELLS}
-
-
-def _group_steps(key: tuple[str, str, str], group: str, rows: list[int], deviations: np.ndarray,
-                 disturbed: np.ndarray, sigmas: np.ndarray, commits: Sequence[str],
-                 threshold: float, run_disturbed: np.ndarray
-                 ) -> list[tuple[GroupStep, tuple[int, int], tuple[int, int]]]:
-    """The steps of one framework/backend's median cell (deviations from each cell's own
-    level, run effects removed; a cell's value at a commit where it timed under load left
-    out): a median over n cells has an SD of about median_se(n) * sigma / sqrt(n)."""
-    values = np.where(disturbed[rows], np.nan, deviations[rows])
-    counts = np.isfinite(values).sum(axis=0)
-    keep = np.flatnonzero(counts >= MIN_GROUP_CELLS)
-    if len(keep) < 2:
-        return []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        g = np.nanmedian(values[:, keep], axis=0)
-    n = int(np.median(counts[keep]))
-    sigma = float(median_se(n) * np.median(sigmas[rows]) / math.sqrt(n))
-    out = []
-    for seg_b, seg_a, change in fit_steps(g, sigma, threshold):
-        n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
-        z = z_score(change, sigma, n_b, n_a)
-        clean = (int((~run_disturbed[keep[seg_b[0]:seg_b[1]]]).sum()),
-                 int((~run_disturbed[keep[seg_a[0]:seg_a[1]]]).sum()))
-        if not min(clean):
-            verdict, reason = "disturbed", "rests only on disturbed runs"
-        else:
-            verdict, reason = classify(z, clean, seg_a, n_b, n_a, len(g) - 1)
-        # back to positions in ``commits`` (the commits the group has enough cells at)
-        span_b, span_a = (int(keep[seg_b[0]]), int(keep[seg_b[1] - 1]) + 1), (
-            int(keep[seg_a[0]]), int(keep[seg_a[1] - 1]) + 1)
-        out.append((GroupStep(key[0], key[1], group, commits[span_b[1] - 1],
-                              commits[span_a[0]], math.exp(change), z, n, verdict, reason),
-                    span_b, span_a))
-    return out
-
-
-def sample_summary(samples: Sequence[float] | None, value: float) -> str:
-    """``n=10 median 50.1 (IQR 48.0-52.3)`` in the values' unit; the value alone without
-    samples."""
-    if not samples:
-        return f"{value:.4g} (no samples)"
-    q = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [
-        samples[0]] * 3
-    return f"n={len(samples)} median {statistics.median(samples):.4g} (IQR {q[0]:.4g}-{q[2]:.4g})"

@@ -34,6 +34,8 @@ MOVED_SHARE = 2 / 3  # ... with this share of its cells moved that way, moved as
 SIGMA_FLOOR = 0.01  # 1 %: no cell is steadier than that between processes here
 MAD_TO_SD = 1.4826  # a normal distribution's SD over its median absolute deviation
 PRIOR_CHANGES = 8  # the weight of a cell's benchmark's noise in its own, in changes
+LOCAL_CELLS = 6  # the cells timed nearest a cell (other backends) that tell the machine's
+MIN_LOCAL_CELLS = 3  # state then, and the fewest that can
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,34 @@ def _departure(run: Run, *beside: Run | None) -> float:
     if not gaps or not (all(g > 0 for g in gaps) or all(g < 0 for g in gaps)):
         return 1.0
     return math.exp(min(gaps, key=abs))
+
+
+def local_effects(deviations: np.ndarray, starts: np.ndarray, groups: Sequence[str]
+                  ) -> np.ndarray:
+    """Each cell's share of its run's slowdown at the moment it was timed: the median
+    deviation of the :data:`LOCAL_CELLS` cells of other frameworks/backends (a change of
+    code moves one) whose processes started nearest it in the same run. ``deviations``:
+    cells x commits of log values less each cell's level, run effect and own steps;
+    ``starts``: when each cell's process began (NaN unknown). 0 where fewer than
+    :data:`MIN_LOCAL_CELLS` such cells are known.
+
+    Why: a cell's asv process times it for a tenth of a second, and on a shared VM the
+    machine slows 1.5-2.7x for seconds at a time: a run's cells are slowed in blocks, and
+    a backend's cells, which asv times side by side, together (one run effect per commit
+    left a backend's median cell 1.3-1.5x off at commits that changed no code)."""
+    out = np.zeros_like(deviations)
+    labels = np.asarray([g or f"#{i}" for i, g in enumerate(groups)])
+    for k in range(deviations.shape[1]):
+        t, d = starts[:, k], deviations[:, k]
+        known = np.isfinite(t) & np.isfinite(d)
+        for i in np.flatnonzero(known):
+            others = np.flatnonzero(known & (labels != labels[i]))
+            if len(others) < MIN_LOCAL_CELLS:
+                continue
+            gaps = np.abs(t[others] - t[i])
+            near = others[np.argsort(gaps, kind="stable")[:LOCAL_CELLS]]
+            out[i, k] = float(np.median(d[near]))
+    return out
 
 
 def noise_scales(residuals: np.ndarray, disturbed: np.ndarray, groups: Sequence[str]

@@ -168,6 +168,7 @@ class CellLoad:
     steal_cores: float
     load1: float | None  # the highest 1-minute load average seen
     processes: int
+    start: float | None = None  # when its first process began sampling (epoch seconds)
 
     @property
     def disturbed(self) -> bool:
@@ -195,7 +196,10 @@ def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
         load1 = [v for r in records for v in r.get("load1") or () if v is not None]
         loads[key] = CellLoad(max(_per_second(r, "other_cpu_seconds") for r in records),
                               max(_per_second(r, "steal_seconds") for r in records),
-                              max(load1) if load1 else None, len(records))
+                              max(load1) if load1 else None, len(records),
+                              min(float(r["start"]) for r in records) if all(
+                                  isinstance(r.get("start"), (int, float)) for r in records)
+                              else None)
     return loads
 
 

@@ -5,7 +5,8 @@ set apart, and confirmed by re-measurement (``mhabench confirm``). See
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
@@ -18,7 +19,6 @@ from mhabench.analysis.regressions import (
     commit_order,
     histories,
     regressions,
-    sample_summary,
 )
 from mhabench.analysis.steps import GAMMA, Z_CANDIDATE, Z_HOLD
 from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
@@ -64,6 +64,16 @@ def _row(step: Step) -> dict[str, object]:
             "samples after": sample_summary([scale * v for v in h.samples[step.after] or ()],
                                             scale * h.values[step.after]),
             "why": step.reason, "asv cell": h.asv_cell}
+
+
+def sample_summary(samples: Sequence[float] | None, value: float) -> str:
+    """``n=10 median 50.1 (IQR 48.0-52.3)`` in the values' unit; the value alone without
+    samples."""
+    if not samples:
+        return f"{value:.4g} (no samples)"
+    q = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [
+        samples[0]] * 3
+    return f"n={len(samples)} median {statistics.median(samples):.4g} (IQR {q[0]:.4g}-{q[2]:.4g})"
 
 
 def history_plot(step: Step) -> Plot:
