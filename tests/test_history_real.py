@@ -109,7 +109,8 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     runs = pd.read_csv(tables / "regressions--runs.csv", dtype={"commit": str, "run": str})
     print(f"planted at {at}; runs:\n", runs.drop(columns=["machine", "environment"]).to_string())
     if (tables / "regressions--groups.csv").exists():
-        print("groups:\n", pd.read_csv(tables / "regressions--groups.csv").drop(
+        print("groups:\n", pd.read_csv(tables / "regressions--groups.csv", dtype={
+            "step at commit": str, "previous commit": str}).drop(
             columns=["machine", "environment"]).to_string())
     # Found: listed at its commit, standing (holds) or to be re-measured (candidate).
     found = table[planted_at & table["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
