@@ -175,15 +175,31 @@ def local_effects(deviations: np.ndarray, starts: np.ndarray, groups: Sequence[s
     out = np.zeros_like(deviations)
     labels = np.asarray([g or f"#{i}" for i, g in enumerate(groups)])
     for k in range(deviations.shape[1]):
-        t, d = starts[:, k], deviations[:, k]
-        known = np.isfinite(t) & np.isfinite(d)
-        for i in np.flatnonzero(known):
-            others = np.flatnonzero(known & (labels != labels[i]))
-            if len(others) < MIN_LOCAL_CELLS:
-                continue
-            gaps = np.abs(t[others] - t[i])
-            near = others[np.argsort(gaps, kind="stable")[:LOCAL_CELLS]]
-            out[i, k] = float(np.median(d[near]))
+        known = np.flatnonzero(np.isfinite(starts[:, k]) & np.isfinite(deviations[:, k]))
+        if len(known) <= MIN_LOCAL_CELLS:
+            continue
+        known = known[np.argsort(starts[known, k], kind="stable")]  # in timing order
+        t, d, own = starts[known, k], deviations[known, k], labels[known]
+        # On either side, each of the LOCAL_CELLS nearest cells of other backends comes
+        # at most a longest stretch of one backend's cells after the one before: look
+        # only that far.
+        breaks = np.flatnonzero(own[1:] != own[:-1])
+        stretch = int(np.diff(np.r_[-1, breaks, len(own) - 1]).max())
+        reach = (LOCAL_CELLS + 1) * (stretch + 1)
+        offsets = np.arange(-reach, reach + 1)
+        beside = np.arange(len(known))[:, None] + offsets[None, :]
+        inside = (beside >= 0) & (beside < len(known))
+        beside = np.clip(beside, 0, len(known) - 1)
+        gaps = np.abs(t[beside] - t[:, None])
+        gaps[~inside | (own[beside] == own[:, None])] = np.inf  # itself, its own backend's
+        m = min(LOCAL_CELLS, gaps.shape[1])
+        nearest = np.argpartition(gaps, m - 1, axis=1)[:, :m]
+        values = np.where(np.isfinite(np.take_along_axis(gaps, nearest, axis=1)),
+                          d[np.take_along_axis(beside, nearest, axis=1)], np.nan)
+        enough = np.isfinite(values).sum(axis=1) >= MIN_LOCAL_CELLS
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # rows without enough cells
+            out[known[enough], k] = np.nanmedian(values[enough], axis=1)
     return out
 
 
