@@ -185,7 +185,7 @@ def local_effects(deviations: np.ndarray, starts: np.ndarray, groups: Sequence[s
         # only that far.
         breaks = np.flatnonzero(own[1:] != own[:-1])
         stretch = int(np.diff(np.r_[-1, breaks, len(own) - 1]).max())
-        reach = (LOCAL_CELLS + 1) * (stretch + 1)
+        reach = min((LOCAL_CELLS + 1) * (stretch + 1), len(known) - 1)
         offsets = np.arange(-reach, reach + 1)
         beside = np.arange(len(known))[:, None] + offsets[None, :]
         inside = (beside >= 0) & (beside < len(known))
