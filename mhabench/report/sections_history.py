@@ -165,14 +165,18 @@ def _rules(kind_text: str, order: Order, cells: int) -> str:
         "scatter far less than separate processes do, so steps are judged by the cell's "
         "noise between commits (the robust scale of its commit-to-commit changes, or its "
         "benchmark's if larger), after setting apart how each whole run moved (a median "
-        "polish of the log values over cells and commits). asv's step detection (its Potts "
+        "polish of the log values over cells and commits, backfitted without the "
+        "backends' own steps) and, where the load records say when each process started, "
+        "the machine's state at that moment (the cells of other backends timed nearest "
+        "it). asv's step detection (its Potts "
         f"solver, a new level costing {GAMMA:g} noise SDs, and detect_regressions at the "
         "threshold) finds the upward steps. A step holds when it is at least "
         f"{Z_HOLD:g} SDs of the difference of its two levels with two or more undisturbed "
         f"commits on each side; from {Z_CANDIDATE:g} SDs it is a candidate (at the newest "
         "commit, resting on one commit, or smaller). A change confined to one "
         "framework/backend moves all its cells at one commit: their median is judged the "
-        "same way (each cell at a commit is its own process), and each of its cells that "
+        "same way, by the scatter of a median of that many cells or, where larger, of "
+        "the backends' median cells from commit to commit, and each of its cells that "
         "moved the same way takes its verdict. As in asv, higher is worse.")
 
 
