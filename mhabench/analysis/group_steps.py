@@ -86,21 +86,19 @@ def series_scale(series: Sequence[np.ndarray]) -> float | None:
     return float(MAD_TO_SD * np.median(np.abs(changes - np.median(changes))) / math.sqrt(2))
 
 
-def group_steps(key: tuple[str, str, str], group: str, rows: list[int], deviations: np.ndarray,
-                disturbed: np.ndarray, sigmas: np.ndarray, commits: Sequence[str],
-                threshold: float, run_disturbed: np.ndarray, series_sd: float | None = None
+def group_steps(key: tuple[str, str, str], group: str, rows: list[int],
+                series: tuple[np.ndarray, np.ndarray, int], sigmas: np.ndarray,
+                commits: Sequence[str], threshold: float, run_disturbed: np.ndarray,
+                series_sd: float | None = None
                 ) -> list[tuple[GroupStep, tuple[int, int], tuple[int, int]]]:
-    """The steps of one framework/backend's median cell (deviations from each cell's own
-    level, run effects removed; a cell's value at a commit where it timed under load left
-    out). Its SD: that of a median over n independent cells, median_se(n) * sigma /
-    sqrt(n), or ``series_sd`` (:func:`series_scale`) where larger: the cells of one run are
-    not independent on a VM whose bursts slow a few seconds of cells together (a backend's
-    median cell moved 1.3-1.4x at a commit that changed no code). Each with the old and the
-    new level's spans of positions in ``commits``."""
-    found = group_series(rows, deviations, disturbed)
-    if found is None:
-        return []
-    keep, g, n = found
+    """The steps of one framework/backend's median cell (``series``: its
+    :func:`group_series` from deviations with the run effects removed). Its SD: that of a
+    median over n independent cells, median_se(n) * sigma / sqrt(n), or ``series_sd``
+    (:func:`series_scale`) where larger: the cells of one run are not independent on a VM
+    whose bursts slow a few seconds of cells together (a backend's median cell moved
+    1.3-1.4x at a commit that changed no code). Each with the old and the new level's spans
+    of positions in ``commits``."""
+    keep, g, n = series
     sigma = max(float(median_se(n) * np.median(sigmas[rows]) / math.sqrt(n)), series_sd or 0.0)
     out = []
     for seg_b, seg_a, change in fit_steps(g, sigma, threshold):

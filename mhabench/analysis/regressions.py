@@ -273,7 +273,7 @@ class _Fit:
     """One machine, environment and kind's runs, noise and group steps."""
 
     runs: list[Run]
-    run_disturbed: np.ndarray  # per commit
+    disturbed: np.ndarray  # cells x commits: timed under load, or in a disturbed run
     residuals: np.ndarray  # log values less the run's and the moment's effects (cells x
     # commits)
     sigmas: np.ndarray  # each cell's noise between processes
@@ -303,24 +303,27 @@ def _fit(key: tuple[str, str, str], members: Sequence[History], x: np.ndarray,
         run_disturbed = np.array([runs_at[k].disturbed if k in runs_at else False
                                   for k in range(len(commits))])
         residuals = x - run[None, :] - local
-        sigmas = noise_scales(residuals, loaded | run_disturbed[None, :],
-                              [h.benchmark for h in members])
+        disturbed = loaded | run_disturbed[None, :]
+        sigmas = noise_scales(residuals, disturbed, [h.benchmark for h in members])
         # A run that moved as a whole stays in the group's series (its effect is taken
         # out; it only does not count as clean evidence), so the step is placed at its
         # commit; a cell timed under load is left out of the median.
-        deviations = residuals - level[:, None]
-        series = [found[1] for rows in member_rows.values()
-                  if (found := group_series(rows, deviations - shift, loaded)) is not None]
-        series_sd = series_scale(series)
-        found = [(group, rows, *step) for group, rows in member_rows.items()
-                 for step in group_steps(key, group, rows, deviations, loaded, sigmas,
+        series = {group: found for group, rows in member_rows.items()
+                  if (found := group_series(rows, residuals - level[:, None], loaded))
+                  is not None}
+        # the groups' scatter with their own steps out (a group's shift is the same for
+        # each of its cells at a commit, so it comes off its median cell as it is)
+        series_sd = series_scale([g - shift[member_rows[group][0], keep]
+                                  for group, (keep, g, _) in series.items()])
+        found = [(group, member_rows[group], *step) for group, one in series.items()
+                 for step in group_steps(key, group, member_rows[group], one, sigmas,
                                          commits, threshold, run_disturbed, series_sd)]
         new = code_shift(x.shape, member_rows, [(g, s, a) for g, _, s, _, a in found])
-        done = np.allclose(np.nan_to_num(new), np.nan_to_num(shift), atol=1e-3)
+        done = np.allclose(new, shift, atol=1e-3)
         shift = new
         if done:
             break
-    return _Fit(found_runs, run_disturbed, residuals, sigmas, found)
+    return _Fit(found_runs, disturbed, residuals, sigmas, found)
 
 
 def regressions(histories_: Sequence[History], threshold: float,
@@ -351,8 +354,7 @@ def regressions(histories_: Sequence[History], threshold: float,
         fit = _fit(key, members, x, commits, cell_loads, loaded, threshold)
         verdicts.runs[key] = fit.runs
         runs_at = {r.position: r for r in fit.runs}
-        disturbed = loaded | fit.run_disturbed[None, :]
-        residuals, sigmas = fit.residuals, fit.sigmas
+        disturbed, residuals, sigmas = fit.disturbed, fit.residuals, fit.sigmas
         cell_steps: dict[int, dict[int, Step]] = {}  # member -> after position -> step
         for i, h in enumerate(members):
             index = [position[c] for c in h.commits]
