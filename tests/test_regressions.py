@@ -6,6 +6,7 @@ tests/test_history_real.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -161,8 +162,6 @@ def test_a_backend_whose_cells_move_together_without_a_change_is_judged_by_its_o
     steps (and 33 candidates) in 20 such histories; judged by the scatter of the backends'
     median cells from commit to commit, none holds (8 candidates), and a real 1.8x step of
     one backend is still found in 18 of 20."""
-    import dataclasses
-
     rng = np.random.default_rng(21)
     false_holds = found = 0
     for _ in range(20):
@@ -187,18 +186,15 @@ def test_a_burst_of_the_machine_is_read_from_the_cells_timed_beside_it() -> None
     reads as backend 0's step, at commit 2. With each process's start in its load record,
     the cells of other backends timed beside each cell tell the burst apart: the step
     holds at commit 3 and nothing holds at commit 2."""
-    import dataclasses
-
     rng = np.random.default_rng(22)
-    order = [*range(0, 16), *range(16, 32), *range(32, 48)]  # timing order: g1, g0, g2
+    # timed in index order, 0.15 s apart: backend 1's cells, backend 0's, backend 2's
     group_of = {c: 1 if c < 16 else 0 if c < 32 else 2 for c in range(48)}
     cells = suite(rng, 48, 6, steps={c: (3, 1.5) for c in range(16, 32)},
                   process_noise=0.05, groups=3, group_of=group_of)
     cells = [dataclasses.replace(h, values=tuple(
         v * (1.6 if k == 2 and 12 <= c < 36 else 1.0) for k, v in enumerate(h.values)))
         for c, h in enumerate(cells)]
-    loads = {(h.commits[k], "env", h.asv_cell): CellLoad(0.0, 0.0, None, 1,
-                                                         100.0 * k + 0.15 * order.index(c))
+    loads = {(h.commits[k], "env", h.asv_cell): CellLoad(0.0, 0.0, None, 1, 100.0 * k + 0.15 * c)
              for c, h in enumerate(cells) for k in range(6)}
     for records, at in ((None, 2), (loads, 3)):
         verdicts = regressions(cells, 1.1, loads=records)
@@ -218,7 +214,9 @@ def test_the_moment_s_effect_is_the_median_of_the_nearest_cells_of_other_backend
         n = int(rng.integers(3, 80))
         groups = [f"g{int(rng.integers(0, int(rng.integers(1, 4))))}" if rng.random() > 0.1
                   else "" for _ in range(n)]
-        starts = np.sort(rng.uniform(0, 10, (n, 3)), axis=0)  # backends in stretches
+        # timed in index order; a cell's backend drawn at random, so backends interleave
+        # in stretches of one to several cells
+        starts = np.sort(rng.uniform(0, 10, (n, 3)), axis=0)
         starts[rng.random((n, 3)) < 0.1] = np.nan
         deviations = rng.normal(size=(n, 3))
         deviations[rng.random((n, 3)) < 0.05] = np.nan
@@ -255,8 +253,6 @@ def test_a_cell_whose_own_fit_puts_the_group_s_step_a_commit_early_takes_the_gro
     one change, two verdicts, one at the wrong commit. Each planted cell in turn gets a
     commit-2 value at its new level: the group's commit wins for all but a few (the
     cells whose own fit matches no group segment); before, for 12 of 18."""
-    import dataclasses
-
     rng = np.random.default_rng(18)
     planted = range(18)
     cells = suite(rng, 58, 6, steps={c: (3, 1.5) for c in planted}, process_noise=0.16,
