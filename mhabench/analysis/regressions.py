@@ -153,12 +153,6 @@ class Verdicts:
                 if run.disturbed]
 
 
-def beside_results(results: str | Path, name: str) -> Path:
-    """The folder ``name`` beside an asv results folder (``.asv/load`` for
-    ``.asv/results``): where mhabench keeps what it adds to asv's results."""
-    return Path(results).resolve().parent / name
-
-
 def commit_order(frame: pd.DataFrame, repo: str | Path | None) -> Order:
     """The results' commits in git order (asv's ``Git.get_revisions``: ``git rev-list
     --all --date-order``), or, when ``repo`` is None, not a git repository or lacks some

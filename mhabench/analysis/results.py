@@ -67,6 +67,9 @@ class Results:
     warnings: list[str] = field(default_factory=list)
     # cells without a value: (machine, commit, benchmark, cell, "skipped" | "failed")
     missing: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    # machine -> its quick speed-probe reading, where the frame's time rows carry the
+    # moment's slowdown (mhabench.analysis.quick_speed; added by mhabench's CLI)
+    quick_probe_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def machine_names(self) -> list[str]:

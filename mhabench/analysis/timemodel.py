@@ -43,6 +43,7 @@ from mhabench.analysis.features import (
     feature_values,
     stored_kv_bytes,
 )
+from mhabench.analysis.quick_speed import quick_values
 from mhabench.analysis.results import latest
 from mhabench.core.config import AttentionConfig
 
@@ -167,11 +168,13 @@ class TimeModel:
 
 def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows a time model is fitted on: the newest time_ measurement of each attention
-    config cell, one row per (group, config) (the median where several benchmarks time
-    one config)."""
+    config cell at the machine's quick speed (divided by the moment's slowdown where the
+    frame has it, :mod:`mhabench.analysis.quick_speed`), one row per (group, config) (the
+    median where several benchmarks time one config)."""
     cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna()])
     if cells.empty:
         return cells
+    cells = cells.assign(value=quick_values(cells))
     keep = [*GROUP_KEY, "config_id"]
     return cells.groupby(keep, as_index=False, sort=True).agg(
         {**{c: "first" for c in cells.columns if c not in (*keep, "value")},

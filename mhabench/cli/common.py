@@ -87,10 +87,15 @@ def add_results_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_results(args: argparse.Namespace, command: str) -> Any:
-    """The asv results named by ``--results``/``--machine``; loading warnings go to stderr."""
+    """The asv results named by ``--results``/``--machine``, each time cell with the
+    moment's slowdown from the load records beside them (or ``--load``;
+    :mod:`mhabench.analysis.quick_speed`); loading warnings go to stderr."""
+    from mhabench.analysis.quick_speed import read_slowdown
     from mhabench.analysis.results import load_results as load
 
     results = load(args.results, machine=args.machine)
+    results.frame, results.quick_probe_s = read_slowdown(results.frame, results.root,
+                                                         getattr(args, "load", None))
     for warning in results.warnings:
         print(f"mhabench {command}: warning: {warning}", file=sys.stderr)
     return results

@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
         load_confirmations,
         save_confirmations,
     )
+    from mhabench.analysis.quick_speed import beside_results
     from mhabench.analysis.regressions import (
         TIME_KINDS,
-        beside_results,
         commit_order,
         histories,
         regressions,

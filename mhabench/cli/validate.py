@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         save_validation,
         validation_payload,
     )
+    from mhabench.measure import speed
     from mhabench.measure.interleaved import measure_interleaved
     from mhabench.measure.machine_load import DISTURBED_CORES, Window
     from mhabench.measure.timing import check_runnable, configure_process
@@ -118,12 +120,23 @@ def run(args: argparse.Namespace) -> int:
     say(f"{len(configs)} configs drawn {box} (seed {args.seed}), and {len(anchors)} grid "
         f"cells to measure the machine's drift since the grid; timing them interleaved, "
         f"{args.rounds} rounds x {args.repeats} calls")
+    reference = results.quick_probe_s.get(machine)  # the grid's quick speed, if probed
     window = Window.open()
     measured = measure_interleaved(
         [c for _, c in configs] + [c for c, _ in anchors],  # the sample holds no grid cell
         rounds=args.rounds, repeats=args.repeats,
         warmup=args.warmup, threads=threads, progress=say,
-        on_error=lambda c, exc: say(f"skipped {c.id}: {exc}"))
+        on_error=lambda c, exc: say(f"skipped {c.id}: {exc}"),
+        probe=speed.probe if reference is not None else None)
+    slowdowns = [speed.slowdown(p, reference) for m in measured.values()
+                 for p in m.probes_s] if reference is not None else []
+    if slowdowns:
+        measured = {c: m.at_quick_speed(reference) for c, m in measured.items()}
+        say(f"read at the machine's quick speed: the grid's cells and these timings divided "
+            f"by the moment's slowdown (here median x{statistics.median(slowdowns):.2f}, up to "
+            f"x{max(slowdowns):.2f}; probe reference {reference * 1e6:.2f} us)")
+    elif reference is None:
+        say("the grid's load records hold no speed probes: timings compared as read")
     other = window.other_cores() if window is not None else None
     if other is not None and other >= DISTURBED_CORES:
         say(f"warning: the machine was busy: other processes took {other:.2f} cores on "
@@ -134,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
                                  seed=args.seed, sample=args.sample, threads=threads,
                                  rounds=args.rounds, repeats=args.repeats,
                                  max_gflop=max_gflop, box="wide" if args.wide else "fitted",
-                                 other_cores=other)
+                                 other_cores=other, quick_probe_s=reference,
+                                 slowdown_median=float(statistics.median(slowdowns))
+                                 if slowdowns else None)
     if args.save is not None:
         save_validation(payload, args.save)
         say(f"wrote {args.save}")

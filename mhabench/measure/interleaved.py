@@ -28,11 +28,14 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
                         repeats: int = 2, warmup: int = 1, threads: int | None = None,
                         on_error: Callable[[AttentionConfig, ValueError], None] | None = None,
                         progress: Callable[[str], None] = lambda _: None,
-                        warmup_s: float = WARMUP_S) -> dict[AttentionConfig, Measurement]:
+                        warmup_s: float = WARMUP_S,
+                        probe: Callable[[], float] | None = None
+                        ) -> dict[AttentionConfig, Measurement]:
     """``rounds`` x ``repeats`` timings per config, visited round-robin; one
     :class:`Measurement` per config that could be prepared. A config whose build raises
     ValueError (UnavailableError included) is passed to ``on_error`` (or re-raised) and
-    left out."""
+    left out. ``probe`` (e.g. :func:`mhabench.measure.speed.probe`) is read right after
+    each visit's timed calls, and kept beside each of them (``Measurement.probes_s``)."""
     for name, value in (("rounds", rounds), ("repeats", repeats)):
         if value < 1:
             raise ValueError(f"{name}={value} is not allowed; it must be at least 1")
@@ -48,6 +51,7 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
                 raise
             on_error(config, exc)
     times: dict[AttentionConfig, list[float]] = {c: [] for c in steps}
+    probes: dict[AttentionConfig, list[float]] = {c: [] for c in steps}
     for r in range(rounds):
         progress(f"round {r + 1}/{rounds} over {len(steps)} configs")
         for config, step in steps.items():
@@ -56,4 +60,6 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
                 step()
                 calls += 1
             times[config].extend(timed_call(step) for _ in range(repeats))
-    return {c: Measurement(c, tuple(t), used) for c, t in times.items()}
+            if probe is not None:
+                probes[config].extend([probe()] * repeats)
+    return {c: Measurement(c, tuple(t), used, tuple(probes[c])) for c, t in times.items()}

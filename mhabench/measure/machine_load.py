@@ -12,7 +12,10 @@ call, and a sub-millisecond step then read 1.9-2.2x its steady-state time (6 dec
 written; the teardown after the last sample writes the record, covering the same window.
 :func:`read_records` gathers them per asv cell; ``mhabench.analysis.regressions`` marks a
 run or a cell as disturbed from them, since a second job on a 2-core machine slows every
-cell it shares the machine with.
+cell it shares the machine with. Each record also keeps the machine's speed
+(:func:`mhabench.measure.speed.probe`, 2 ms) read before the first sample, ahead of asv's
+warm-up calls, and after the last: the time model takes the moment's slowness out of the
+cell (``mhabench.analysis.timemodel``).
 
 Where: ``$MHABENCH_LOAD_DIR``, else ``$ASV_CONF_DIR/.asv/load`` (beside asv's default
 ``.asv/results``), in ``<commit[:8]>-<env>/``. Outside asv (no ``ASV_COMMIT``) nothing is
@@ -22,6 +25,7 @@ recorded. Linux only; elsewhere nothing is recorded either.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -29,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mhabench.measure import speed
 
 LOAD_DIR_ENV = "MHABENCH_LOAD_DIR"
 # Another process's share of a core (averaged over a cell's samples) from which the cell's
@@ -107,6 +113,7 @@ class _Start:
     window: Window
     load1: float | None
     name: str
+    probe_s: float  # the machine's speed just before the first sample (measure.speed)
 
 
 _start: _Start | None = None  # this process's window (asv times one cell per process)
@@ -115,9 +122,12 @@ _start: _Start | None = None  # this process's window (asv times one cell per pr
 def start() -> None:
     """Open this process's window (the first call; later calls do nothing)."""
     global _start
-    window = Window.open() if _start is None and load_dir() is not None else None
+    if _start is not None or load_dir() is None:
+        return
+    probe_s = speed.probe()  # before the window: its 2 ms are this process's, not others'
+    window = Window.open()
     if window is not None:
-        _start = _Start(window, _load1(), f"{time.time_ns()}-{os.getpid()}.json")
+        _start = _Start(window, _load1(), f"{time.time_ns()}-{os.getpid()}.json", probe_s)
 
 
 def record(benchmark: str, params: Sequence[Any]) -> None:
@@ -130,13 +140,14 @@ def record(benchmark: str, params: Sequence[Any]) -> None:
     used = _start.window.used() if _start is not None else None
     if used is None or folder is None:
         return
+    probe_s = [_start.probe_s, speed.probe()] if _start is not None else None
     commit, env = os.environ.get("ASV_COMMIT", "unknown"), os.environ.get("ASV_ENV_NAME", "")
     seconds, other, steal = used
     data = {"version": 1, "commit": commit, "env_name": env,
             "cell": asv_cell(benchmark, params), "pid": os.getpid(),
             "start": _start.window.wall, "seconds": seconds, "cpus": os.cpu_count(),
             "other_cpu_seconds": max(0.0, other), "steal_seconds": steal,
-            "load1": [_start.load1, _load1()]}
+            "load1": [_start.load1, _load1()], "probe_s": probe_s}
     path = folder / f"{commit[:8]}-{env}" / _start.name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +180,9 @@ class CellLoad:
     load1: float | None  # the highest 1-minute load average seen
     processes: int
     start: float | None = None  # when its first process began sampling (epoch seconds)
+    # the machine's speed probe (mhabench.measure.speed) before and after the samples,
+    # geometric mean over them and over the cell's processes; None in older records
+    probe_s: float | None = None
 
     @property
     def disturbed(self) -> bool:
@@ -177,6 +191,17 @@ class CellLoad:
 
 def _per_second(record: dict[str, Any], field: str) -> float:
     return float(record[field]) / record["seconds"] if record["seconds"] > 0 else 0.0
+
+
+def _probe(records: Sequence[dict[str, Any]]) -> float | None:
+    """The geometric mean of every speed probe of ``records``; None unless each has its
+    two positive probes."""
+    probes = [r.get("probe_s") for r in records]
+    if not all(isinstance(p, list) and len(p) == 2 and all(
+            isinstance(v, (int, float)) and v > 0 for v in p) for p in probes):
+        return None
+    logs = [math.log(v) for p in probes for v in p]  # type: ignore[union-attr]
+    return math.exp(sum(logs) / len(logs))
 
 
 def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
@@ -199,7 +224,7 @@ def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
                               max(load1) if load1 else None, len(records),
                               min(float(r["start"]) for r in records) if all(
                                   isinstance(r.get("start"), (int, float)) for r in records)
-                              else None)
+                              else None, _probe(records))
     return loads
 
 

@@ -10,6 +10,7 @@ asv's per-sample ``setup`` stays cheap and no compile time leaks into a timing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import os
@@ -22,6 +23,7 @@ from typing import Any
 from mhabench.core.config import AttentionConfig, UnavailableError, framework_installed
 from mhabench.core.cost import cost
 from mhabench.measure.allocator import retain_freed_memory, warm_until_settled
+from mhabench.measure.speed import slowdown
 
 DEFAULT_THREADS = 1  # the stable regression baseline on shared 2-core machines
 # Default working-set budget: this share of the device's memory (16 GiB of a 24 GiB CPU
@@ -221,6 +223,9 @@ class Measurement:
     config: AttentionConfig
     times_s: tuple[float, ...]
     threads: int
+    # the machine's speed probe (mhabench.measure.speed) read beside each timing, where
+    # the timer read one (measure_interleaved's ``probe``); empty otherwise
+    probes_s: tuple[float, ...] = ()
 
     @property
     def repeats(self) -> int:
@@ -244,11 +249,22 @@ class Measurement:
     def q75_s(self) -> float:
         return self._quartiles()[1]
 
+    def at_quick_speed(self, reference_s: float) -> Measurement:
+        """Each timing divided by the slowdown its probe read against the machine's quick
+        reading ``reference_s`` (:func:`mhabench.measure.speed.slowdown`); the same
+        measurement where no probe was read."""
+        if not self.probes_s:
+            return self
+        return dataclasses.replace(self, times_s=tuple(
+            t / slowdown(p, reference_s)
+            for t, p in zip(self.times_s, self.probes_s, strict=True)))
+
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "id": self.config.id,
                 "median_s": self.median_s, "q25_s": self.q25_s, "q75_s": self.q75_s,
                 "repeats": self.repeats, "threads": self.threads,
-                "times_s": list(self.times_s)}
+                "times_s": list(self.times_s),
+                **({"probes_s": list(self.probes_s)} if self.probes_s else {})}
 
 
 def timed_call(step: Callable[[], Any]) -> float:

@@ -84,7 +84,8 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
     (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
     from mhabench.analysis.confirmations import load_confirmations
-    from mhabench.analysis.regressions import beside_results, commit_order
+    from mhabench.analysis.quick_speed import beside_results
+    from mhabench.analysis.regressions import commit_order
     from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
     from mhabench.measure.machine_load import read_records
 

@@ -1,0 +1,74 @@
+"""Timings read at the machine's quick speed: the moment's slowness taken out.
+
+A shared host runs the same step 1.25-1.9x slower in some stretches than in others
+(:mod:`mhabench.measure.speed`), and a grid cell is one process timed over a fraction
+of a second. Each asv timing process records the machine's speed probe before and after
+its samples (:mod:`mhabench.measure.machine_load`). A cell's *slowdown* is that probe
+over the machine's quick reading (:func:`mhabench.measure.speed.quick_reference` of the
+probes of all its time cells); the time model is fitted on ``value / slowdown``
+(:func:`mhabench.analysis.timemodel.timing_cells`), and ``mhabench validate`` divides its
+own timings by the slowdown its probes read against the same reference, so the model and
+the measurements it is checked against are both read at the machine's quick speed.
+
+Cells without probes (records written before them, or none at all) keep slowdown 1; a
+machine none of whose cells has a probe gets no reference, and nothing is divided on
+either side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mhabench.measure.machine_load import CellLoad, read_records
+from mhabench.measure.speed import quick_reference, slowdown
+
+SLOWDOWN = "slowdown"  # the frame's column: 1 where no probe was recorded
+
+
+def beside_results(results: str | Path, name: str) -> Path:
+    """The folder ``name`` beside an asv results folder (``.asv/load`` for
+    ``.asv/results``): where mhabench keeps what it adds to asv's results."""
+    return Path(results).resolve().parent / name
+
+
+def add_slowdown(frame: pd.DataFrame, loads: Mapping[tuple[str, str, str], CellLoad]
+                 ) -> tuple[pd.DataFrame, dict[str, float]]:
+    """``frame`` with the :data:`SLOWDOWN` column for its time rows (1 elsewhere), and
+    each machine's quick probe reading (machines without probes are absent)."""
+    out = frame.copy()
+    out[SLOWDOWN] = 1.0
+    if out.empty:
+        return out, {}
+    timed = out.index[out["kind"] == "time"]
+    probes = pd.Series([
+        getattr(loads.get((str(c), str(e), str(a))), "probe_s", None)
+        for c, e, a in zip(out.loc[timed, "commit"], out.loc[timed, "env_name"],
+                           out.loc[timed, "asv_cell"], strict=True)], index=timed, dtype=float)
+    references = {}
+    for machine, rows in probes.groupby(out.loc[timed, "machine"]):
+        known = rows.dropna()
+        if known.empty:
+            continue
+        references[str(machine)] = reference = quick_reference(known.to_numpy())
+        out.loc[known.index, SLOWDOWN] = [slowdown(p, reference) for p in known]
+    return out, references
+
+
+def read_slowdown(frame: pd.DataFrame, results_root: str | Path,
+                  load_dir: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """:func:`add_slowdown` from the load records in ``load_dir`` (default: ``load/``
+    beside the results folder, where the asv suite writes them)."""
+    return add_slowdown(frame, read_records(load_dir or beside_results(results_root, "load")))
+
+
+def quick_values(cells: pd.DataFrame) -> np.ndarray:
+    """The cells' values divided by their slowdown (the values as they are without the
+    column)."""
+    values = cells["value"].to_numpy(dtype=float)
+    if SLOWDOWN not in cells.columns:
+        return values
+    return values / cells[SLOWDOWN].fillna(1.0).to_numpy(dtype=float)
