@@ -125,7 +125,10 @@ def decomposition_section(ctx: Context) -> Section:
         f"The b*h*n*m term is the {SCORE_TERMS[True]} where the kernel writes the map "
         f"(explicit ops, math, XLA), and {SCORE_TERMS[False]} where it keeps the map in "
         "tiles (flash, efficient, cuDNN, flex, blockwise). Shares are each term's change "
-        "from the smallest to the largest h over the model's total change.")
+        "from the smallest to the largest h over the model's total change. Where the "
+        "asv run recorded speed probes, each cell is fitted at the machine's quick speed: "
+        "divided by the slowdown its probe read (the model predicts the machine in its "
+        "quick stretches; mhabench.analysis.quick_speed).")
     section.text.append(
         f"A share is named only where the model fits the sweep itself: R^2 >= {GOOD_R2:g} on "
         f"the sweep and every h within {100 * GOOD_RESIDUAL:.0f}% of its measurement (one "
@@ -299,12 +302,16 @@ def validation_section(ctx: Context) -> Section:
            "from a box wider than the fitted ranges (each size from half the smallest to "
            "twice the largest fitted)")
     busy = data.get("other_cores")
+    quick = data.get("slowdown_median")
     section.text.append(
         f"{len(rows)} configs drawn at random (seed {data.get('seed')}) off the benchmark "
         f"grid (odd widths, head counts off the powers of two, n != m, GQA ratios, masking), "
         f"{box}, timed fresh"
         + (f", interleaved ({data['rounds']} rounds)" if data.get("rounds") else "")
         + (f", while other processes took {busy:.2f} cores" if busy is not None else "")
+        + (f", each timing divided by the slowdown its speed probe read against the grid's "
+           f"quick reading (median x{quick:.2f}), as the grid's cells were"
+           if quick is not None else "")
         + f" on host {data.get('host')!r} against the models of machine "
         f"{data.get('machine')!r} ({data.get('created', '')[:19]}): the model could not have "
         "been tuned on them. Relative error, calibrated model: "

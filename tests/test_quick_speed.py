@@ -1,0 +1,149 @@
+"""The moment's slowness taken out of timings: the speed probe recorded beside each asv
+timing process, the slowdown the CLI's results carry, the fit at the machine's quick speed,
+and validate's own timings read against the same reference."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures.synthetic_asv import synthetic_time, write_results
+
+from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown, quick_values
+from mhabench.analysis.results import load_results
+from mhabench.cli import main
+from mhabench.core.config import AttentionConfig
+from mhabench.measure import speed
+from mhabench.measure.interleaved import measure_interleaved
+from mhabench.measure.machine_load import CellLoad, read_records
+
+QUICK = 50e-6  # the synthetic machine's quick probe reading
+
+
+def _slow_results(tmp_path: Path, seed: int = 1) -> tuple[Path, dict[str, float]]:
+    """Synthetic results where a third of the cells ran in a slow stretch (1.3-1.9x) and
+    their processes' probes read it (with their own noise: 5 %); returns the results
+    folder and each slowed cell's factor by asv cell."""
+    rng = np.random.default_rng(seed)
+    factors: dict[AttentionConfig, float] = {}
+
+    def time_of(config: AttentionConfig, _: int) -> float:
+        factors[config] = float(rng.uniform(1.3, 1.9)) if rng.random() < 1 / 3 else 1.0
+        return synthetic_time(config) * factors[config]
+
+    root = write_results(tmp_path / ".asv" / "results", time_of=time_of)
+    frame = load_results(root).frame
+    load = tmp_path / ".asv" / "load" / "aaaaaaaa-env"
+    load.mkdir(parents=True)
+    slowed = {}
+    for i, row in enumerate(frame[frame["kind"] == "time"].to_dict("records")):
+        if row["config_id"] is None or not isinstance(row["config_id"], str):
+            continue
+        config = next(c for c in factors if c.id == row["config_id"])
+        factor = factors[config]
+        probes = [QUICK * factor * float(rng.uniform(0.975, 1.025)) for _ in range(2)]
+        (load / f"{i}.json").write_text(json.dumps({
+            "version": 1, "commit": row["commit"], "env_name": row["env_name"],
+            "cell": row["asv_cell"], "pid": i, "start": 1e9 + i, "seconds": 0.2,
+            "cpus": 2, "other_cpu_seconds": 0.0, "steal_seconds": 0.0,
+            "load1": [0.1, 0.1], "probe_s": probes}))
+        if factor > 1:
+            slowed[row["asv_cell"]] = factor
+    return root, slowed
+
+
+def test_the_fit_reads_cells_at_the_machine_quick_speed(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """Through the CLI (its results carry the load records' slowdown): with a third of
+    the cells slowed 1.3-1.9x, the model predicts the quick machine within 5 % once the
+    probes take the stretches out; the same results without their records miss it."""
+    root, slowed = _slow_results(tmp_path)
+    assert len(slowed) >= 10
+    configs = [AttentionConfig(batch=4, n=384, d=128, heads=32),
+               AttentionConfig(batch=2, n=200, d=192, heads=6)]
+
+    said: list[float | None] = []
+
+    def predicted(config: AttentionConfig) -> float:
+        argv = ["predict", "--results", str(root), "--batch", str(config.batch), "-n",
+                str(config.n), "-d", str(config.d), "--heads", str(config.heads), "--json"]
+        assert main(argv) == 0
+        out = json.loads(capsys.readouterr().out)
+        said.append(out["quick_probe_s"])  # the reference the fit's cells were read at
+        return out["predicted_s"]
+
+    for config in configs:
+        assert predicted(config) == pytest.approx(synthetic_time(config), rel=0.05)
+    assert said[-1] == pytest.approx(QUICK, rel=0.03)
+    (tmp_path / ".asv" / "load").rename(tmp_path / "elsewhere")  # no records: as read
+    misses = [predicted(c) / synthetic_time(c) - 1 for c in configs]
+    assert max(misses) > 0.1, misses
+    assert said[-1] is None
+
+
+def test_the_slowdown_is_the_probe_over_the_machine_quick_reading(tmp_path: Path) -> None:
+    root, slowed = _slow_results(tmp_path)
+    results = load_results(root)
+    loads = read_records(tmp_path / ".asv" / "load")
+    frame, references = add_slowdown(results.frame, loads)
+    assert set(references) == {"synth"}
+    probes = [load.probe_s for load in loads.values()]
+    assert references["synth"] == pytest.approx(np.quantile(probes, speed.QUICK_QUANTILE))
+    timed = frame[frame["kind"] == "time"].set_index("asv_cell")
+    for cell, factor in slowed.items():
+        assert timed.loc[cell, SLOWDOWN] == pytest.approx(factor, rel=0.06), cell
+    assert (frame[SLOWDOWN] >= 1).all()  # never quicker than the quick reading
+    assert (frame.loc[frame["kind"] != "time", SLOWDOWN] == 1).all()
+    quick = quick_values(frame[frame["kind"] == "time"])
+    assert np.allclose(quick, frame.loc[frame["kind"] == "time", "value"]
+                       / frame.loc[frame["kind"] == "time", SLOWDOWN])
+    # a machine none of whose cells has a probe: no reference, nothing divided
+    bare, none = add_slowdown(results.frame, {})
+    assert none == {} and (bare[SLOWDOWN] == 1).all()
+
+
+def test_a_cell_probe_is_the_geometric_mean_of_its_processes_and_none_when_one_lacks_it(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "abc-env"
+    folder.mkdir()
+    base = {"version": 1, "commit": "abc", "env_name": "env", "cell": "b.C.time_step(1)",
+            "start": 1.0, "seconds": 1.0, "other_cpu_seconds": 0.0, "steal_seconds": 0.0}
+    for i, probes in enumerate(([1e-5, 4e-5], [2e-5, 2e-5])):
+        (folder / f"{i}.json").write_text(json.dumps({**base, "pid": i, "probe_s": probes}))
+    (folder / "2.json").write_text(json.dumps({**base, "cell": "b.C.time_step(2)", "pid": 2}))
+    loads = read_records(tmp_path)
+    assert loads[("abc", "env", "b.C.time_step(1)")].probe_s == pytest.approx(2e-5)
+    assert loads[("abc", "env", "b.C.time_step(2)")].probe_s is None
+    assert CellLoad(0.0, 0.0, None, 1).probe_s is None  # records from before the probes
+
+
+def test_validate_divides_each_timing_by_its_own_probe() -> None:
+    """measure_interleaved reads the probe after each visit's timed calls and keeps it
+    beside each of them; at_quick_speed divides each timing by its own probe's slowdown
+    (never speeding a timing up: a probe below the reference counts as quick)."""
+    readings = iter([QUICK * f for f in (1.0, 2.0, 0.5, 1.5, 1.0, 3.0)])
+    configs = [AttentionConfig(batch=1, n=8, d=16, heads=2),
+               AttentionConfig(batch=1, n=16, d=16, heads=4)]
+    measured = measure_interleaved(configs, rounds=3, repeats=2, threads=1,
+                                   probe=lambda: next(readings))
+    first, second = (measured[c] for c in configs)
+    assert first.probes_s == pytest.approx([QUICK * f for f in (1, 1, 0.5, 0.5, 1, 1)])
+    assert second.probes_s == pytest.approx([QUICK * f for f in (2, 2, 1.5, 1.5, 3, 3)])
+    quick = second.at_quick_speed(QUICK)
+    assert quick.times_s == pytest.approx([t / f for t, f in zip(
+        second.times_s, (2, 2, 1.5, 1.5, 3, 3), strict=True)])
+    assert first.at_quick_speed(QUICK).times_s == pytest.approx(first.times_s)
+    plain = measure_interleaved(configs[:1], rounds=1, repeats=1, threads=1)[configs[0]]
+    assert plain.probes_s == () and plain.at_quick_speed(QUICK) is plain
+
+
+def test_the_probe_is_positive_and_a_reference_refuses_what_is_no_time() -> None:
+    readings = [speed.probe() for _ in range(5)]
+    assert all(0 < r < 0.01 and math.isfinite(r) for r in readings)
+    assert speed.slowdown(2 * QUICK, QUICK) == 2 and speed.slowdown(QUICK / 2, QUICK) == 1
+    for bad in ([], [0.0, 1e-5], [float("nan")]):
+        with pytest.raises(ValueError, match="positive, finite"):
+            speed.quick_reference(bad)
