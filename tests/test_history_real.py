@@ -32,7 +32,10 @@ import pandas as pd
 import pytest
 from scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
+from mhabench.analysis.quick_speed import SLOWDOWN, read_slowdown
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.results import load_results
+from mhabench.measure.machine_load import read_records
 
 # The tiny grid's torch time_step cells of the loop, batched and fused backends in the
 # sweep modules (48: 18 fused, 30 that the plant leaves alone), about 35 s of asv a commit;
@@ -127,6 +130,17 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     elsewhere = table[confirmed & ~planted_at]
     assert len(elsewhere) <= 2, elsewhere.to_string()
     assert "Machine load while cells timed: recorded" in html
+    # Every timing process of the runs recorded the machine's speed before and after its
+    # samples, and the results as the CLI loads them carry each time cell's slowdown.
+    loads = read_records(tmp_path / "load")
+    assert loads and all(v.probe_s is not None and v.probe_s > 0 for v in loads.values())
+    frame, references = read_slowdown(load_results(history.results).frame, history.results,
+                                      tmp_path / "load")
+    assert set(references) == {"pytest-machine"}
+    timed = frame[frame["benchmark"].str.endswith(".time_step")]
+    probed = timed["asv_cell"].isin({cell for _, _, cell in loads})
+    assert probed.mean() > 0.9, timed.loc[~probed, "asv_cell"].tolist()[:5]
+    assert (timed[SLOWDOWN] >= 1).all() and (timed.loc[probed, SLOWDOWN] < 3).all()
 
     # Re-measure one planted cell as a user does: mhabench confirm, then the report again.
     cell = found["asv cell"].iloc[0]
