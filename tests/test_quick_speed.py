@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from mhabench.measure.interleaved import measure_interleaved
 from mhabench.measure.machine_load import CellLoad, read_records
 
 QUICK = 50e-6  # the synthetic machine's quick probe reading
+REAL = Path(__file__).parent / "fixtures" / "asv_results"
 
 
 def _slow_results(tmp_path: Path, seed: int = 1) -> tuple[Path, dict[str, float]]:
@@ -147,3 +149,45 @@ def test_the_probe_is_positive_and_a_reference_refuses_what_is_no_time() -> None
     for bad in ([], [0.0, 1e-5], [float("nan")]):
         with pytest.raises(ValueError, match="positive, finite"):
             speed.quick_reference(bad)
+
+
+def test_validate_reads_its_sample_at_the_grid_quick_speed_and_shows_it_as_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The real fixture's results with load records carrying probes (a quarter of its
+    cells slowed 1.5x) whose quick reading, 0.1 us, no real probe comes near: validate
+    divides each of its timings by its probe's slowdown against that reference (here
+    ~100x, so every config reads ~100x quicker than predicted), says the reference and
+    the slowdown, and gives the same timings as read against a model fitted on the cells
+    as read (errors of the usual size), in the CLI, the file and the report."""
+    from mhabench.analysis.validation import as_read_line, load_validation
+    from mhabench.report.build import build_report
+
+    results = tmp_path / ".asv" / "results"
+    shutil.copytree(REAL, results)
+    frame = load_results(results).frame
+    folder = tmp_path / ".asv" / "load" / "fixture"
+    folder.mkdir(parents=True)
+    timed = frame[frame["kind"] == "time"].to_dict("records")
+    for i, row in enumerate(timed):
+        probe = 1e-7 * (1.5 if i % 4 == 0 else 1.0)
+        (folder / f"{i}.json").write_text(json.dumps({
+            "version": 1, "commit": row["commit"], "env_name": row["env_name"],
+            "cell": row["asv_cell"], "pid": i, "start": 1e9 + i, "seconds": 0.1,
+            "other_cpu_seconds": 0.0, "steal_seconds": 0.0, "probe_s": [probe, probe]}))
+    saved = tmp_path / "validation.json"
+    assert main(["validate", "--results", str(results), "--sample", "3", "--seed", "0",
+                 "--rounds", "2", "--repeats", "1", "--anchors", "1",
+                 "--save", str(saved)]) == 0
+    out = capsys.readouterr()
+    data = load_validation(saved)
+    assert data["quick_probe_s"] == pytest.approx(1e-7)  # the grid's 10th percentile
+    assert data["slowdown_median"] > 10  # this machine's probes against that reading
+    assert data["summary"]["all"]["median_rel_error"] > 5  # divided: ~100x quicker
+    assert data["as_read"]["all"]["median_rel_error"] < 5
+    assert data["as_read"]["all"]["cells"] == 3
+    assert "read at the machine's quick speed" in out.err
+    assert as_read_line(data["as_read"]) in out.out
+    report = build_report(load_results(results), log=lambda m: None, validation=data)
+    section = next(s for s in report.sections if s.id == "validation")
+    assert as_read_line(data["as_read"]) in section.text[0]
+    assert "as the grid's cells were" in section.text[0]

@@ -76,16 +76,19 @@ def run(args: argparse.Namespace) -> int:
     if args.save is not None and Path(args.save).exists():
         raise CLIError(f"--save {args.save!r} already exists and is never overwritten; "
                        "choose a new file name")
+    from mhabench.analysis.quick_speed import SLOWDOWN
     from mhabench.analysis.sampling import ANCHORS, MAX_GFLOP, anchor_cells, sample_configs
     from mhabench.analysis.timemodel import fit_models, groups
     from mhabench.analysis.validation import (
         PART_LABELS,
         anchored_line,
+        as_read_line,
         common_scale_line,
         machine_drift,
         part_line,
         random_validation,
         save_validation,
+        summary_dict,
         validation_payload,
     )
     from mhabench.measure import speed
@@ -130,7 +133,12 @@ def run(args: argparse.Namespace) -> int:
         probe=speed.probe if reference is not None else None)
     slowdowns = [speed.slowdown(p, reference) for m in measured.values()
                  for p in m.probes_s] if reference is not None else []
+    as_read = None  # the same timings and a model fitted on the grid as read, beside
     if slowdowns:
+        raw = results.frame.drop(columns=SLOWDOWN)
+        raw_groups = groups(raw)
+        raw_models = {k: m for k, m in fit_models(raw, raw_groups).items() if k[0] == machine}
+        as_read = random_validation(raw, raw_models, configs, measured, raw_groups)
         measured = {c: m.at_quick_speed(reference) for c, m in measured.items()}
         say(f"read at the machine's quick speed: the grid's cells and these timings divided "
             f"by the moment's slowdown (here median x{statistics.median(slowdowns):.2f}, up to "
@@ -148,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                                  rounds=args.rounds, repeats=args.repeats,
                                  max_gflop=max_gflop, box="wide" if args.wide else "fitted",
                                  other_cores=other, quick_probe_s=reference,
+                                 as_read=summary_dict(as_read) if as_read is not None else None,
                                  slowdown_median=float(statistics.median(slowdowns))
                                  if slowdowns else None)
     if args.save is not None:
@@ -167,4 +176,6 @@ def run(args: argparse.Namespace) -> int:
             print(part_line(s[part], label))
     print(anchored_line(s))
     print(common_scale_line(s))
+    if payload.get("as_read"):
+        print(as_read_line(payload["as_read"]))
     return 0

@@ -19,6 +19,7 @@ from mhabench.analysis.timemodel import (
 from mhabench.analysis.validation import (
     PART_LABELS,
     anchored_line,
+    as_read_line,
     common_scale_line,
     error_summary,
     leave_out,
@@ -320,7 +321,8 @@ def validation_section(ctx: Context) -> Section:
         + common_scale_line(s) + " (the machine's speed moves from day to day, by 20 % "
         "within half an hour on shared VMs: grid cells timed with the sample measure how "
         "far since the grid; a scale per model removes it too and leaves how each model "
-        "follows the configs).")
+        "follows the configs)."
+        + (" " + as_read_line(data["as_read"]) + "." if data.get("as_read") else ""))
     section.plots.append(Plot(
         "Random configs: predicted against measured", "measured (ms)", "predicted (ms)",
         {"calibrated model": ((1e3 * rows["measured_s"]).tolist(),
