@@ -8,6 +8,12 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
 - ``flops``: the chapter's count (projections + scores + mixing) at one matmul rate. (A
   second rate for the score and mixing FLOPs alone was tried and dropped: its fitted
   coefficient was 0 in most groups of the quick grid and leave-out error did not move.)
+- ``train_flops``: a training step's FLOPs again (0 for the other modes): the backward's
+  matmuls run at their own, lower rate (transposed operands, gradients accumulated).
+  With the forward's rate for all, training steps ran a median 1.3x their prediction
+  (25 of 96 configs of four validate samples, 2026-12-03); with it, 1.09x (and leave-out
+  median 20 % -> 18 %). A fixed per-call cost for training alone did as well on those
+  but left out one cell 27x off: not taken.
 - ``map``: one per score (``batch * h * n * m``): the elementwise work (scale, mask,
   softmax), which every kernel does, and the narrow-head penalty: a matmul over a
   contraction of width p runs at an efficiency about p / (p + p0), so its time is
@@ -39,8 +45,9 @@ from mhabench.analysis.results import config_from_row
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "map", "spill", "kv", "kv_spill", "heads", "const")
+FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
+                  "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
                   "spill": "attention map written beyond cache",
                   "kv": "keys/values read (batch*m*2*width)",
@@ -68,7 +75,9 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
     kv = float(config.batch * keys * 2 * width * factor)
     kv_spills = kv_cache_bytes is not None and stored_kv_bytes(config) > kv_cache_bytes
-    return {"flops": float(terms.flops_model), "map": elements,
+    return {"flops": float(terms.flops_model),
+            "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
+            "map": elements,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0,
             "heads": float(config.heads * factor), "const": float(factor)}

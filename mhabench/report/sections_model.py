@@ -119,8 +119,9 @@ def decomposition_section(ctx: Context) -> Section:
               pd.DataFrame(residuals), detail=True)])
     section.text.append(
         "Time is fitted (non-negative least squares, per machine/framework/backend/device) as "
-        "FLOPs x s/FLOP + scores (b*h*n*m) x s/score (plus an extra s/score for maps larger "
-        "than a cache size fitted per group) + key/value elements read (batch*m*2*width) x "
+        "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own) + scores (b*h*n*m) "
+        "x s/score (plus an extra s/score for maps larger than a cache size fitted per "
+        "group) + key/value elements read (batch*m*2*width) x "
         "s/element + h x s/head + a constant. At fixed d the FLOP term does not change with "
         "h, so the h-trend is split between the b*h*n*m term and the fixed per-head cost. "
         f"The b*h*n*m term is the {SCORE_TERMS[True]} where the kernel writes the map "
@@ -167,6 +168,8 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "R^2": model.r2,
                      "in-sample median error (%)": 100 * model.median_rel_error,
                      "FLOP rate (GFLOP/s)": 1e-9 / c["flops"] if c["flops"] > 0 else np.inf,
+                     "training FLOP rate (GFLOP/s)": 1e-9 / (c["flops"] + c["train_flops"])
+                     if c["flops"] + c["train_flops"] > 0 else np.inf,
                      "b*h*n*m term": SCORE_TERMS[writes],
                      "b*h*n*m (ns/score)": 1e9 * c["map"],
                      # bytes moved per score only means something where the map is written
