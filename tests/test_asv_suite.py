@@ -275,7 +275,8 @@ def test_asv_times_match_mhabench_measure(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-3000:]
         cells[family] = [json.loads(line) for line in done.stdout.splitlines()
                          if line.startswith("{")][:-1]
-        print("\n".join(f"{r['ratio']:.3f} {r['config']}" for r in cells[family]))
+        print("\n".join(f"{r['ratio']:.3f} (all rounds {r['ratio_as_read']:.3f}, "
+                        f"{r['rounds_kept']} kept) {r['config']}" for r in cells[family]))
     assert list(load.rglob("*.json")), "no machine-load record was written"
     sweep, decode = cells["sweep"], cells["decode"]
     assert len(sweep) == 8 and len(decode) >= 2 and all("-dec-" in r["config"] for r in decode)
