@@ -32,7 +32,7 @@ import pandas as pd
 import pytest
 from scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
-from mhabench.analysis.quick_speed import SLOWDOWN, read_slowdown
+from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.results import load_results
 from mhabench.measure.machine_load import read_records
@@ -134,8 +134,7 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     # samples, and the results as the CLI loads them carry each time cell's slowdown.
     loads = read_records(tmp_path / "load")
     assert loads and all(v.probe_s is not None and v.probe_s > 0 for v in loads.values())
-    frame, references = read_slowdown(load_results(history.results).frame, history.results,
-                                      tmp_path / "load")
+    frame, references = add_slowdown(load_results(history.results).frame, loads)
     assert set(references) == {"pytest-machine"}
     timed = frame[frame["benchmark"].str.endswith(".time_step")]
     probed = timed["asv_cell"].isin({cell for _, _, cell in loads})

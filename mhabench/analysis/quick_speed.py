@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mhabench.measure.machine_load import CellLoad, read_records
+from mhabench.measure.machine_load import CellLoad
 from mhabench.measure.speed import quick_reference, slowdown
 
 SLOWDOWN = "slowdown"  # the frame's column: 1 where no probe was recorded
@@ -56,13 +56,6 @@ def add_slowdown(frame: pd.DataFrame, loads: Mapping[tuple[str, str, str], CellL
         references[str(machine)] = reference = quick_reference(known.to_numpy())
         out.loc[known.index, SLOWDOWN] = [slowdown(p, reference) for p in known]
     return out, references
-
-
-def read_slowdown(frame: pd.DataFrame, results_root: str | Path,
-                  load_dir: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
-    """:func:`add_slowdown` from the load records in ``load_dir`` (default: ``load/``
-    beside the results folder, where the asv suite writes them)."""
-    return add_slowdown(frame, read_records(load_dir or beside_results(results_root, "load")))
 
 
 def quick_values(cells: pd.DataFrame) -> np.ndarray:

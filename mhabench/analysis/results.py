@@ -70,6 +70,9 @@ class Results:
     # machine -> its quick speed-probe reading, where the frame's time rows carry the
     # moment's slowdown (mhabench.analysis.quick_speed; added by mhabench's CLI)
     quick_probe_s: dict[str, float] = field(default_factory=dict)
+    # (commit, env, asv cell) -> CellLoad, where mhabench's CLI read the load records
+    # (mhabench.measure.machine_load.read_records), so the report reads them once
+    loads: dict[tuple[str, str, str], Any] | None = None
 
     @property
     def machine_names(self) -> list[str]:

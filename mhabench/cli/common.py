@@ -90,12 +90,14 @@ def load_results(args: argparse.Namespace, command: str) -> Any:
     """The asv results named by ``--results``/``--machine``, each time cell with the
     moment's slowdown from the load records beside them (or ``--load``;
     :mod:`mhabench.analysis.quick_speed`); loading warnings go to stderr."""
-    from mhabench.analysis.quick_speed import read_slowdown
+    from mhabench.analysis.quick_speed import add_slowdown, beside_results
     from mhabench.analysis.results import load_results as load
+    from mhabench.measure.machine_load import read_records
 
     results = load(args.results, machine=args.machine)
-    results.frame, results.quick_probe_s = read_slowdown(results.frame, results.root,
-                                                         getattr(args, "load", None))
+    results.loads = read_records(getattr(args, "load", None)
+                                 or beside_results(results.root, "load"))
+    results.frame, results.quick_probe_s = add_slowdown(results.frame, results.loads)
     for warning in results.warnings:
         print(f"mhabench {command}: warning: {warning}", file=sys.stderr)
     return results

@@ -56,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
         histories,
         regressions,
     )
-    from mhabench.measure.machine_load import read_records
     from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
     threshold = history_threshold(args, writes_confirmations=True)
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--at {args.at!r} names no commit of the results; they have "
                        f"{', '.join(c[:8] for c in order.commits)}")
     verdicts = regressions(histories(results.frame, order, TIME_KINDS), threshold,
-                           read_records(args.load or beside_results(results.root, "load")),
+                           results.loads,  # read with the results (--load, or beside them)
                            load_confirmations(folder), order)
     steps = [s for s in verdicts.steps if s.verdict in RECONSIDERED
              and (only is None or only.search(s.history.asv_cell))

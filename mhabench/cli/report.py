@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         progress(f"reading traces under {args.traces}")
         traces = breakdown_table(args.traces)
     report = build_report(results, traces, threshold, repo=args.repo, validation=validation,
-                          load_dir=args.load, confirm_dir=args.confirmations)
+                          confirm_dir=args.confirmations)  # --load: read with the results
     progress("rendering plots and writing files")
     paths = write_report(report, args.out)
     print(f"wrote {paths['html']} (Markdown {paths['markdown']}, CSV tables in "

@@ -140,7 +140,7 @@ def record(benchmark: str, params: Sequence[Any]) -> None:
     used = _start.window.used() if _start is not None else None
     if used is None or folder is None:
         return
-    probe_s = [_start.probe_s, speed.probe()] if _start is not None else None
+    probe_s = [_start.probe_s, speed.probe()]
     commit, env = os.environ.get("ASV_COMMIT", "unknown"), os.environ.get("ASV_ENV_NAME", "")
     seconds, other, steal = used
     data = {"version": 1, "commit": commit, "env_name": env,

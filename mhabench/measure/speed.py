@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -34,13 +34,13 @@ _SOURCE = np.ones(1 << 19, dtype=np.float32)  # 2 MiB: past L2, inside L3
 _TARGET = np.empty_like(_SOURCE)
 
 
-def _median_call(call: object, repeats: int) -> float:
+def _median_call(call: Callable[[], object], repeats: int) -> float:
     for _ in range(3):  # back in the caches after whatever ran before
-        call()  # type: ignore[operator]
+        call()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        call()  # type: ignore[operator]
+        call()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

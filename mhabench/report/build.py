@@ -97,8 +97,9 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
                                    underdetermined=underdetermined(results.frame, by_group),
                                    order=commit_order(results.frame, repo),
                                    validation=validation,
-                                   loads=read_records(load_dir or beside_results(
-                                       results.root, "load")),
+                                   loads=read_records(load_dir) if load_dir
+                                   else results.loads if results.loads is not None
+                                   else read_records(beside_results(results.root, "load")),
                                    confirmations=load_confirmations(
                                        confirm_dir or beside_results(results.root, "confirm")))
     sections = []
