@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -169,9 +169,17 @@ def test_interleaved_timing_visits_configs_round_robin(monkeypatch: pytest.Monke
         interleaved.measure_interleaved(configs, rounds=1)
     # By default a visit's warm calls go on until they took WARMUP_S (a sub-millisecond
     # step read up to 2x after one warm call); warmup=0 makes none.
+    # The visit's clock is a fake one each call moves by 1 ms: a real sleep(0.001) took
+    # 2 ms on a busy CI-clone run and the visit then made fewer calls than the bound.
     calls.clear()
-    monkeypatch.setattr(interleaved, "prepare", lambda config, warmup: lambda: (
-        calls.append(config.heads), time.sleep(0.001)))
+    clock = [0.0]
+    monkeypatch.setattr(interleaved, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def step(config: AttentionConfig) -> None:
+        calls.append(config.heads)
+        clock[0] += 0.001
+
+    monkeypatch.setattr(interleaved, "prepare", lambda config, warmup: lambda: step(config))
     interleaved.measure_interleaved(configs[:1], rounds=2, repeats=1, warmup=1)
     visit = interleaved.WARMUP_S / 0.001
     assert 2 * (visit / 2 + 1) <= len(calls) <= 2 * (visit + 2)  # 2 visits, ~20 warm calls
