@@ -146,6 +146,14 @@ def test_anchor_cells_measure_the_machine_drift_and_the_errors_against_the_grid_
     assert summary_dict(masked, drift)["anchored"]["all"]["worst_rel_error"] > 1e-3
     assert "anchored" not in summary_dict(errors)  # no anchors timed: no such figures
     assert "no anchor cells" in anchored_line(summary_dict(errors))
+    # The floor: each anchor's own distance from the drift. Uniformly slow: none.
+    assert drift["floor_median"] == pytest.approx(0) and "within 0.0%" in anchored_line(s)
+    factors = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]
+    spread = machine_drift(anchors, {c: _measured(asv_s * f) for (c, asv_s), f in
+                                     zip(anchors, factors, strict=True)})
+    assert spread["drift"] == pytest.approx(1.35)
+    assert spread["floor_median"] == pytest.approx((0.15 / 1.35 + 0.25 / 1.35) / 2)
+    assert spread["floor_worst"] == pytest.approx(0.35 / 1.35)
 
 
 @pytest.mark.parametrize("argv, message", [
