@@ -45,7 +45,7 @@ POINTS = calibration_design(grid(tiny=2, quick=8, full=32),
                             box=grid(tiny=TINY_BOX, quick=QUICK_BOX, full=QUICK_BOX))
 # Decode steps alone (``DecodeNN``), half of them cross-attention over a cached source, from
 # the Sobol points after the general design's: sub-millisecond steps, about 4-5 s of the
-# quick grid a point. 16 on the quick grid too (the full grid's points): with 8, four had
+# quick grid a point. 16 on the quick grid too (the full grid's points): with 8, two had
 # d > 400, and the time of a wide decode step (its 4 d^2 projection weights read each call)
 # was a guess the fit made from them.
 DECODE_POINTS = calibration_design(grid(tiny=2, quick=16, full=16), skip=True, box=grid(

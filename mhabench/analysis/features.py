@@ -2,7 +2,7 @@
 
 Every count comes from :func:`mhabench.core.cost.cost` (one source of FLOPs and bytes);
 here they are only arranged into the columns a fit needs. Per config (whole batch, one
-step of its mode; a training step multiplies the map, K/V and head terms by the cost
+step of its mode; a training step multiplies the map, K/V, weight and head terms by the cost
 model's ``TRAIN_FACTOR`` as it does the FLOPs):
 
 - ``flops``: the chapter's count (projections + scores + mixing) at one matmul rate. (A
@@ -27,6 +27,13 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   :data:`REPEATS_KV`); a decode step's KV cache, which its few FLOPs leave out.
 - ``kv_spill``: the same for decode steps whose stored cache is larger than a cache size
   (it stays in a CPU cache between calls only while it fits).
+- ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
+  where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
+  a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
+  d = 896 its four matrices hold 12.8 MB of float32, 13x the 1 MiB L2). With the quick grid's 16
+  decode points and four validate samples (96 configs, seeds 200-203, 2026-12-03):
+  decode's median error 44 % -> 33 % in leave-out and 42 % -> 38 % off the grid; all modes
+  20 % -> 21 % and 17 % -> 18 %, unchanged within the samples' scatter.
 - ``heads``: a fixed cost per head (dispatch, per-head kernel launches).
 - ``const``: a fixed cost per call: the ops a step dispatches, so a training step counts
   ``TRAIN_FACTOR`` (its backward dispatches about twice its forward's ops). With one
@@ -45,13 +52,16 @@ from mhabench.analysis.results import config_from_row
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "heads", "const")
+FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "weights", "heads",
+            "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
                   "spill": "attention map written beyond cache",
                   "kv": "keys/values read (batch*m*2*width)",
-                  "kv_spill": "keys/values beyond cache", "heads": "per-head fixed cost",
+                  "kv_spill": "keys/values beyond cache",
+                  "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
+                  "heads": "per-head fixed cost",
                   "const": "fixed per call (train: 3x)"}
 # Backends whose grouped-query path copies each key/value head to its g query heads
 # (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
@@ -71,15 +81,19 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     elements = float(terms.attention_map_elements * factor)
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
-    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
+    width_kv = config.kv_heads * config.head_dim
+    width = config.d if config.backend in REPEATS_KV else width_kv
     keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
     kv = float(config.batch * keys * 2 * width * factor)
     kv_spills = kv_cache_bytes is not None and stored_kv_bytes(config) > kv_cache_bytes
+    # W_q and W_o always; W_k and W_v where the step projects keys/values (not a cross
+    # decode step, whose source K/V are cached)
+    weights = 2 * config.d * (config.d + (width_kv if step_lengths(config)[2] else 0))
     return {"flops": float(terms.flops_model),
             "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
             "map": elements,
             "spill": elements if spills else 0.0, "kv": kv,
-            "kv_spill": kv if kv_spills else 0.0,
+            "kv_spill": kv if kv_spills else 0.0, "weights": float(weights * factor),
             "heads": float(config.heads * factor), "const": float(factor)}
 
 

@@ -4,7 +4,8 @@ For one machine x framework x backend x device x dtype, a config's time is model
 
     t = c_flops * flops_model + c_train * training_flops + c_map * map_elements
         + c_spill * spilled_map_elements
-        + c_kv * kv_elements + c_kv_spill * spilled_kv_elements + c_heads * heads + c_const
+        + c_kv * kv_elements + c_kv_spill * spilled_kv_elements + c_weights * weights
+        + c_heads * heads + c_const
 
 with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
 is there; every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
