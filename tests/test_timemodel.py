@@ -109,12 +109,16 @@ def test_weights_feature_counts_the_projection_weights_each_step_reads() -> None
 
 
 def test_kv_spill_counts_only_a_decode_cache_larger_than_the_cache() -> None:
-    # The stored cache (h_kv wide) decides, not the h-wide copy batched reads.
+    # The K/V as the backend reads them decide: the h_kv-wide cache, or the h-wide copy
+    # batched writes and reads each call.
     dec = AttentionConfig(backend="batched", mode="decode", batch=4, n=1, m=4096, d=256,
                           heads=16)  # 32 MiB of float32 K/V cache
     assert feature_values(dec, kv_cache_bytes=8 * 2**20)["kv_spill"] == feature_values(dec)["kv"]
     mqa = dec.replace(kv_heads=1)  # 2 MiB stored, 32 MiB read after repeat_interleave
-    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == 0
+    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == feature_values(dec)["kv"]
+    fused = mqa.replace(backend="fused")  # reads the 2 MiB cache as it is
+    assert feature_values(fused, kv_cache_bytes=8 * 2**20)["kv_spill"] == 0
+    assert feature_values(fused, kv_cache_bytes=2**20)["kv_spill"] == feature_values(fused)["kv"]
     assert feature_values(dec, kv_cache_bytes=64 * 2**20)["kv_spill"] == 0
     assert feature_values(dec)["kv_spill"] == 0  # no cache size: no term
     fwd = dec.replace(mode="forward", n=64, cross=True)  # forward K/V are fresh activations

@@ -25,8 +25,9 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
 - ``kv``: key/value elements the attention reads, ``batch * m * 2 * width`` (``width``:
   ``h_kv * p``, or ``d`` where the backend repeats K/V to every query head,
   :data:`REPEATS_KV`); a decode step's KV cache, which its few FLOPs leave out.
-- ``kv_spill``: the same for decode steps whose stored cache is larger than a cache size
-  (it stays in a CPU cache between calls only while it fits).
+- ``kv_spill``: the same for decode steps whose K/V, as the backend reads them (the
+  cache, or the h-wide copy a repeating backend makes), are larger than a cache size (they
+  stay in a CPU cache between calls only while they fit).
 - ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
   where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
   a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
@@ -85,7 +86,7 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     width = config.d if config.backend in REPEATS_KV else width_kv
     keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
     kv = float(config.batch * keys * 2 * width * factor)
-    kv_spills = kv_cache_bytes is not None and stored_kv_bytes(config) > kv_cache_bytes
+    kv_spills = kv_cache_bytes is not None and decode_kv_bytes(config) > kv_cache_bytes
     # W_q and W_o always; W_k and W_v where the step projects keys/values (not a cross
     # decode step, whose source K/V are cached)
     weights = 2 * config.d * (config.d + (width_kv if step_lengths(config)[2] else 0))
@@ -97,13 +98,18 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "heads": float(config.heads * factor), "const": float(factor)}
 
 
-def stored_kv_bytes(config: AttentionConfig) -> int:
-    """Bytes of the K/V cache (h_kv wide, the m + 1 positions it holds after the write) a
-    decode step re-reads every call; 0 for the other modes, whose K/V are fresh."""
+def decode_kv_bytes(config: AttentionConfig) -> int:
+    """Bytes of keys/values a decode step reads every call (the m + 1 positions the cache
+    holds after the write), as its backend lays them out: the h_kv-wide cache, or its h-wide
+    copy for a backend that repeats K/V (:data:`REPEATS_KV`), which writes and reads that
+    copy each call. (Deciding by the stored cache alone left batched MQA decode steps whose
+    copy outgrew the cache 3.5x short: two of 168 validate configs, seeds 200-213.) 0 for
+    the other modes, whose K/V are fresh."""
     if config.mode != "decode":
         return 0
     keys = step_lengths(config)[1]
-    return config.batch * keys * 2 * config.kv_heads * config.head_dim * DTYPE_BYTES[config.dtype]
+    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
+    return config.batch * keys * 2 * width * DTYPE_BYTES[config.dtype]
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,7 @@ class CellFeatures:
 
     base: np.ndarray  # one row of FEATURES per cell; spill columns zero
     map_bytes: np.ndarray  # bytes of each cell's map as its kernel writes it (0: tiles)
-    stored_kv_bytes: np.ndarray  # bytes of each decode cell's stored K/V cache; 0 otherwise
+    decode_kv_bytes: np.ndarray  # K/V bytes each decode cell reads (decode_kv_bytes); 0 otherwise
 
     @classmethod
     def of(cls, cells: pd.DataFrame) -> CellFeatures:
@@ -122,7 +128,7 @@ class CellFeatures:
         base = np.array([[feature_values(c)[f] for f in FEATURES] for c in configs],
                         dtype=float).reshape(-1, len(FEATURES))
         maps = [cost(c).attention_map_bytes for c in configs]
-        kv = [stored_kv_bytes(c) for c in configs]
+        kv = [decode_kv_bytes(c) for c in configs]
         return cls(base, np.array(maps, dtype=float), np.array(kv, dtype=float))
 
     def matrix(self, cache_bytes: float | None = None,
@@ -133,7 +139,7 @@ class CellFeatures:
             spills = self.map_bytes > cache_bytes
             X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
         if kv_cache_bytes is not None:
-            spills = self.stored_kv_bytes > kv_cache_bytes
+            spills = self.decode_kv_bytes > kv_cache_bytes
             X[spills, FEATURES.index("kv_spill")] = X[spills, FEATURES.index("kv")]
         return X
 

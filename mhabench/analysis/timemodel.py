@@ -41,16 +41,16 @@ from mhabench.analysis.features import (
     FEATURES,
     REPEATS_KV,
     CellFeatures,
+    decode_kv_bytes,
     feature_matrix,
     feature_values,
-    stored_kv_bytes,
 )
 from mhabench.analysis.quick_speed import quick_values
 from mhabench.analysis.results import latest
 from mhabench.core.config import AttentionConfig
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
-           "feature_matrix", "feature_values", "stored_kv_bytes"]  # re-exported
+           "feature_matrix", "feature_values", "decode_kv_bytes"]  # re-exported
 
 # The models a group may get, richest first: the first with fewer coefficients than the
 # group has cells is fitted (the spill terms count only where a cache size makes them
