@@ -82,20 +82,25 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     elements = float(terms.attention_map_elements * factor)
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
-    width_kv = config.kv_heads * config.head_dim
-    width = config.d if config.backend in REPEATS_KV else width_kv
-    keys = step_lengths(config)[1]  # m, or m + 1 where the step attends its own token too
-    kv = float(config.batch * keys * 2 * width * factor)
+    # keys: m, or m + 1 where the step attends its own token too; projected: 0 for a cross
+    # decode step, whose source K/V are cached
+    _, keys, projected = step_lengths(config)
+    kv = float(config.batch * keys * 2 * read_kv_width(config) * factor)
     kv_spills = kv_cache_bytes is not None and decode_kv_bytes(config) > kv_cache_bytes
-    # W_q and W_o always; W_k and W_v where the step projects keys/values (not a cross
-    # decode step, whose source K/V are cached)
-    weights = 2 * config.d * (config.d + (width_kv if step_lengths(config)[2] else 0))
+    # W_q and W_o always; W_k and W_v where the step projects keys/values
+    weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
     return {"flops": float(terms.flops_model),
             "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
             "map": elements,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0, "weights": float(weights * factor),
             "heads": float(config.heads * factor), "const": float(factor)}
+
+
+def read_kv_width(config: AttentionConfig) -> int:
+    """Width of the keys/values the attention reads: ``h_kv * p``, or ``d`` where the
+    backend repeats K/V to every query head (:data:`REPEATS_KV`)."""
+    return config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
 
 
 def decode_kv_bytes(config: AttentionConfig) -> int:
@@ -108,8 +113,7 @@ def decode_kv_bytes(config: AttentionConfig) -> int:
     if config.mode != "decode":
         return 0
     keys = step_lengths(config)[1]
-    width = config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
-    return config.batch * keys * 2 * width * DTYPE_BYTES[config.dtype]
+    return config.batch * keys * 2 * read_kv_width(config) * DTYPE_BYTES[config.dtype]
 
 
 @dataclass(frozen=True)

@@ -104,20 +104,24 @@ def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     Columns are scaled to unit norm first: the features differ by ten orders of
     magnitude (FLOPs vs a constant), which would otherwise swamp the solver's tolerances.
     """
+    scaled, norms = _unit_columns(A)
+    x, _ = scipy.optimize.nnls(scaled, np.asarray(b, dtype=float))
+    return x / norms
+
+
+def _unit_columns(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``A`` with each non-zero column scaled to unit norm, and the norms (1 for zero ones)."""
     A = np.asarray(A, dtype=float)
     norms = np.linalg.norm(A, axis=0)
     norms[norms == 0] = 1.0
-    x, _ = scipy.optimize.nnls(A / norms, np.asarray(b, dtype=float))
-    return x / norms
+    return A / norms, norms
 
 
 def robust_log_fit(A: np.ndarray, start: np.ndarray) -> np.ndarray:
     """min sum soft_l1(log(A x)) subject to x >= 0 (rows of ``A``: features / measured
     time, so log(A x) is a cell's log factor error), from ``start`` (nnls's solution), by
     :func:`scipy.optimize.least_squares`; columns scaled to unit norm as in :func:`nnls`."""
-    norms = np.linalg.norm(A, axis=0)
-    norms[norms == 0] = 1.0
-    scaled = A / norms
+    scaled, norms = _unit_columns(A)
     done = scipy.optimize.least_squares(
         lambda x: np.log(np.maximum(scaled @ x, 1e-9)), start * norms, bounds=(0, np.inf),
         loss="soft_l1", f_scale=ROBUST_SCALE)
