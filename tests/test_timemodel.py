@@ -13,12 +13,9 @@ from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_result
 
 from mhabench.analysis.results import config_from_row, load_results
 from mhabench.analysis.sampling import sample_configs
-from mhabench.analysis import timemodel
 from mhabench.analysis.timemodel import (
     FEATURES,
-    SWEEP_SHARE,
     CellFeatures,
-    cell_weights,
     feature_values,
     fit_cells,
     fit_machine,
@@ -32,7 +29,6 @@ from mhabench.analysis.timemodel import (
 from mhabench.analysis.validation import error_summary, leave_out
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
-from mhabench.core.design import calibration_design
 
 KEY = ("synth", "torch", "batched", "cpu", "float32")
 
@@ -171,48 +167,6 @@ def _cells(configs: list[AttentionConfig], coef: dict, kv_cache: float) -> pd.Da
              "value": sum(coef[f] * v for f, v in feature_values(c, None, kv_cache).items())}
             for c in configs]
     return pd.DataFrame(rows)
-
-
-def test_cell_weights_give_the_sweeps_together_their_share_of_the_design() -> None:
-    names = ["bench_design.Design00.time_step"] * 8 + ["bench_heads.Heads.time_step"] * 24
-    weights = cell_weights(pd.DataFrame({"benchmark": names}))
-    assert weights.mean() == pytest.approx(1.0)
-    assert weights[8:].sum() / weights[:8].sum() == pytest.approx(SWEEP_SHARE)
-    assert len(set(weights[:8])) == 1 and len(set(weights[8:])) == 1
-    # a group with only one kind of cell, or no benchmark names: every cell weighs 1
-    for only in (names[:8], names[8:]):
-        assert (cell_weights(pd.DataFrame({"benchmark": only})) == 1).all()
-    assert (cell_weights(pd.DataFrame({"value": [1.0, 2.0]})) == 1).all()
-
-
-def test_the_fit_follows_the_design_where_the_sweeps_read_otherwise(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # 32 design points that follow the truth, and three one-factor sweeps around one
-    # centre (72 cells) that read 1.5x it: as on the quick grid, where the sweeps' centre
-    # cells set the rates and off-grid steps ran slower than predicted.
-    coef = {**TRUE_COEF, "kv": 1e-9, "weights": 1e-9}
-    design = [AttentionConfig(backend="batched", **point)
-              for point in calibration_design(32)]
-    centre = AttentionConfig(backend="batched", batch=2, n=512, d=256, heads=8)
-    sweeps = [centre.replace(heads=h) for h in (1, 2, 4, 8, 16, 32, 64, 128)] * 3
-    sweeps += [centre.replace(n=n, m=n) for n in (64, 128, 256, 1024, 2048)] * 3
-    sweeps += [centre.replace(d=d) for d in (64, 128, 512, 1024)] * 3
-    sweeps += [centre.replace(mode="train", n=n, m=n) for n in (128, 256, 512)] * 6
-    cells = _cells(design + sweeps, coef, None)
-    cells["benchmark"] = ([f"bench_design.Design{i:02d}.time_step" for i in range(32)]
-                          + ["bench_heads.HeadsAtFixedWidth.time_step"] * len(sweeps))
-    cells.loc[32:, "value"] *= 1.5
-    truth = cells["value"].to_numpy()[:32]
-
-    def design_error() -> float:
-        model = fit_cells(cells, KEY)
-        return float(np.median([abs(model.predict(c) / t - 1) for c, t in zip(
-            design, truth, strict=True)]))
-
-    weighted = design_error()
-    monkeypatch.setattr(timemodel, "SWEEP_SHARE", len(sweeps) / 32)  # every cell weighs 1
-    equal = design_error()
-    assert weighted < 0.1 < equal and weighted < 0.5 * equal
 
 
 def test_machine_fit_recovers_the_kv_cache_size_shared_by_its_groups() -> None:

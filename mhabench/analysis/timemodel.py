@@ -20,10 +20,7 @@ factor error, and a cell its process read 2-3x off stops pulling the rest. Again
 re-predicted validate samples (240 configs, seeds 200-223, 2026-12-03) the refit moved the
 median error from 17.5 % to 15.9 % and the 90th percentile from 59 % to 46 %; on the three
 samples drawn after it was chosen (72 configs, seeds 221-223): median 17.4 % to 19.0 %,
-90th percentile 55 % to 39 %, worst 236 % to 82 %. Both stages weigh the cells
-(:func:`cell_weights`): the one-factor sweeps' many cells around a few centres count, all
-together, :data:`SWEEP_SHARE` of the space-filling design's (:mod:`mhabench.core.design`),
-whose points are drawn as ``validate`` draws its sample. A group gets
+90th percentile 55 % to 39 %, worst 236 % to 82 %. A group gets
 the full model only when it has more cells than the model has coefficients (those whose
 feature is not zero on every cell); otherwise the next simpler model of
 :data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
@@ -57,7 +54,6 @@ from mhabench.analysis.features import (
 from mhabench.analysis.quick_speed import quick_values
 from mhabench.analysis.results import latest
 from mhabench.core.config import AttentionConfig
-from mhabench.core.design import is_design_benchmark
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
            "feature_matrix", "feature_values", "decode_kv_bytes"]  # re-exported
@@ -94,16 +90,6 @@ LOSS_TIE = 1e-12
 # about this factor error (10 %) and linear beyond, so a cell read 2-3x off by its
 # process's noise stops pulling the rest.
 ROBUST_SCALE = 0.1
-# The one-factor sweeps' cells of a group, all together, weigh this share of its design
-# cells, all together, in the fit. Equal weights let the sweeps (about 3 of a group's 4
-# cells, most at n = 512 and d = 256) set the rates: their forward cells were left out and
-# predicted within 6 % (median), the design's forward cells 18 % short, and off-grid
-# forward steps ran a median 1.15x their prediction (312 validate configs, seeds 200-233,
-# 2026-12-04). Re-predicting those configs (median error; left-out grid cells'): 17.4 %
-# (18.5 %) with every cell weighing 1 (the sweeps about 3x the design); at this share 0.2,
-# 16.2 % (18.7 %), 12 of the 13 samples better, decode 22 % -> 20 %; at 0.05, 14.8 %
-# (22.1 %), at 0.5, 17.6 % (18.5 %).
-SWEEP_SHARE = 0.2
 
 Key = tuple[str, ...]
 
@@ -131,38 +117,15 @@ def _unit_columns(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return A / norms, norms
 
 
-def robust_log_fit(A: np.ndarray, start: np.ndarray,
-                   weights: np.ndarray | None = None) -> np.ndarray:
-    """min sum w * soft_l1(log(A x)) subject to x >= 0 (rows of ``A``: features / measured
-    time, so log(A x) is a cell's log factor error; ``weights`` w, 1 if None), from
-    ``start`` (nnls's solution), by :func:`scipy.optimize.least_squares`; columns scaled to
-    unit norm as in :func:`nnls`."""
+def robust_log_fit(A: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """min sum soft_l1(log(A x)) subject to x >= 0 (rows of ``A``: features / measured
+    time, so log(A x) is a cell's log factor error), from ``start`` (nnls's solution), by
+    :func:`scipy.optimize.least_squares`; columns scaled to unit norm as in :func:`nnls`."""
     scaled, norms = _unit_columns(A)
-    w = np.ones(len(A)) if weights is None else np.asarray(weights, dtype=float)
-
-    def weighted_soft_l1(z: np.ndarray) -> np.ndarray:
-        # scipy's soft_l1 and its two derivatives, each cell's scaled by its weight
-        root = np.sqrt(1 + z)
-        return w * np.vstack([2 * (root - 1), 1 / root, -0.5 / root**3])
-
     done = scipy.optimize.least_squares(
         lambda x: np.log(np.maximum(scaled @ x, 1e-9)), start * norms, bounds=(0, np.inf),
-        loss=weighted_soft_l1, f_scale=ROBUST_SCALE)
+        loss="soft_l1", f_scale=ROBUST_SCALE)
     return done.x / norms
-
-
-def cell_weights(cells: pd.DataFrame) -> np.ndarray:
-    """Each cell's weight in its group's fit, mean 1: a design cell (its benchmark in
-    :mod:`mhabench.core.design`'s module) 1, a sweep cell such that the sweeps together
-    weigh :data:`SWEEP_SHARE` of the design together; all 1 where a group lacks either."""
-    weights = np.ones(len(cells))
-    if "benchmark" not in cells or cells.empty:
-        return weights
-    design = np.array([is_design_benchmark(str(name)) for name in cells["benchmark"]])
-    if design.all() or not design.any():
-        return weights
-    weights[~design] = SWEEP_SHARE * design.sum() / (~design).sum()
-    return weights * len(weights) / weights.sum()
 
 
 def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -184,7 +147,7 @@ class TimeModel:
     r2: float
     median_rel_error: float  # in-sample
     separable: bool  # map and per-head terms distinguishable (several batch*n*m)
-    loss: float  # nnls's weighted sum of squared relative residuals (picks cache sizes)
+    loss: float  # nnls's sum of squared relative residuals, in-sample (picks cache sizes)
     features: tuple[str, ...] = FEATURES  # the terms fitted (non-zero columns)
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # RANGE_FIELDS
     seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # SEEN_FIELDS
@@ -267,8 +230,6 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     :class:`UnderDetermined` when even the simplest has as many coefficients as cells.
     ``features_of``: the cells' features if already computed."""
     t = cells["value"].to_numpy(dtype=float)
-    weights = cell_weights(cells)
-    root = np.sqrt(weights)
     table = features_of if features_of is not None else CellFeatures.of(cells)
     for features in FEATURE_SETS:
         best = None
@@ -278,8 +239,8 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
             if len(used) >= len(cells):
                 continue  # as many coefficients as cells: an exact fit that proves nothing
             coef = np.zeros(len(FEATURES))
-            coef[used] = nnls(X[:, used] / t[:, None] * root[:, None], root)
-            loss = float(np.sum(weights * (X @ coef / t - 1) ** 2))
+            coef[used] = nnls(X[:, used] / t[:, None], np.ones(len(t)))
+            loss = float(np.sum((X @ coef / t - 1) ** 2))
             if best is None or loss < best[0] * (1 - 1e-9) - LOSS_TIE:  # must earn its place
                 best = (loss, cache, X, coef, tuple(FEATURES[i] for i in used))
         if best is not None:
@@ -291,7 +252,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
             "under-determined, not fitted")
     loss, cache, X, coef, used = best
     at = [FEATURES.index(f) for f in used]
-    coef[at] = robust_log_fit(X[:, at] / t[:, None], coef[at], weights)
+    coef[at] = robust_log_fit(X[:, at] / t[:, None], coef[at])
     predicted = X @ coef
     heads = FEATURES.index("heads")
     separable = len(np.unique(np.round(X[:, FEATURES.index("map")] / X[:, heads]))) > 1

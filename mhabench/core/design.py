@@ -27,14 +27,6 @@ from mhabench.core.cost import TRAIN_FACTOR, cost
 # The design's axes, in order (each a uniform [0, 1) coordinate of a point).
 AXES = ("n", "m", "d", "p", "kv", "batch", "mode", "cross", "masked")
 SEED = design_sobol.SEED  # fixed: the same points, so the same asv benchmark ids, every run
-# The asv module that times the design's points (``benchmarks/bench_design.py``): its
-# benchmark names start with it, e.g. ``bench_design.Design00.time_step``.
-BENCHMARK_MODULE = "bench_design"
-
-
-def is_design_benchmark(name: str) -> bool:
-    """True for an asv benchmark name of the design's module (:data:`BENCHMARK_MODULE`)."""
-    return name.split(".", 1)[0] == BENCHMARK_MODULE
 
 
 @dataclass(frozen=True)
