@@ -74,12 +74,14 @@ def test_robust_log_fit_is_pulled_less_than_nnls_by_cells_read_3x_off() -> None:
 
 
 NO_KV = {**TRUE_COEF, "kv": 0.0}
-SPILL = {**TRUE_COEF, "spill": 3e-9, "kv": 5e-9, "weights": 1e-8}
+# The synthetic grid has no decode steps, so no K/V term to recover (the machine fit's
+# test below recovers one from decode cells).
+SPILL = {**TRUE_COEF, "spill": 3e-9, "kv": 0.0, "weights": 1e-8}
 
 
 @pytest.mark.parametrize("coef, cache", [
     (NO_KV, None),  # no spill term and no K/V term: neither is fitted
-    (SPILL, 8 * 2**20),  # maps over 8 MiB 2.5x per element; K/V 5 ns; weights 10 ns
+    (SPILL, 8 * 2**20),  # maps over 8 MiB 2.5x per element; weights 10 ns
 ])
 def test_fit_recovers_known_coefficients(tmp_path: Path, coef: dict, cache: float | None
                                          ) -> None:
@@ -122,8 +124,14 @@ def test_kv_feature_counts_the_keys_and_values_each_backend_reads() -> None:
     # batched copies each K/V head to its query heads: it reads h-wide K/V for MQA too.
     assert feature_values(mqa.replace(backend="batched"))["kv"] == feature_values(mha)["kv"]
     assert feature_values(mqa.replace(backend="loop"))["kv"] == feature_values(mqa)["kv"]
+    # a cross decode step reads its m cached source positions
+    assert feature_values(mha.replace(cross=True))["kv"] == 4 * 4096 * 2 * 256
+    # Forward and training steps: their K/V are the projections' fresh outputs, which the
+    # FLOPs count; no K/V term.
     train = AttentionConfig(mode="train")
-    assert feature_values(train)["kv"] == 3 * feature_values(AttentionConfig())["kv"]
+    for config in (AttentionConfig(), train, AttentionConfig(cross=True, m=1024), mha.replace(
+            mode="prefix")):
+        assert feature_values(config)["kv"] == 0, config.mode
     # A training step dispatches its forward's ops and a backward of about twice as many:
     # its fixed per-call cost (and per-head cost) count 3x; a decode step's count once.
     for name in ("const", "heads"):
@@ -143,6 +151,26 @@ def test_weights_feature_counts_the_projection_weights_each_step_reads() -> None
     assert feature_values(mha.replace(batch=1, m=9))["weights"] == 4 * 256 * 256
     train = AttentionConfig(mode="train")
     assert feature_values(train)["weights"] == 3 * feature_values(AttentionConfig())["weights"]
+
+
+def test_loop_heads_counts_the_loop_backends_per_head_passes_over_activations() -> None:
+    # Each query head reads the (b, n, d) queries through its W_q slice and adds its share
+    # of the (b, n, d) output; each key/value head reads the (b, m, d) source.
+    loop = AttentionConfig(backend="loop", batch=2, n=100, d=256, heads=8, kv_heads=2,
+                           cross=True, m=300)
+    assert feature_values(loop)["loop_heads"] == 2 * 256 * (100 * 8 + 300 * 2)
+    # a decode step: one query row; its own token's K/V projected (self) or none (cross)
+    dec = loop.replace(mode="decode", n=1, cross=False)
+    assert feature_values(dec)["loop_heads"] == 2 * 256 * (8 + 2)
+    assert feature_values(dec.replace(cross=True))["loop_heads"] == 2 * 256 * 8
+    # once a step, training too; the other backends project at full width: none
+    assert feature_values(loop.replace(mode="train"))["loop_heads"] == feature_values(
+        loop)["loop_heads"]
+    for backend in ("batched", "fused"):
+        assert feature_values(loop.replace(backend=backend))["loop_heads"] == 0, backend
+    assert feature_values(loop.replace(framework="jax", backend="blockwise"))["loop_heads"] == 0
+    assert feature_values(loop.replace(framework="jax"))["loop_heads"] == feature_values(
+        loop)["loop_heads"]  # JAX's loop layer projects per head too
 
 
 def test_kv_spill_counts_only_a_decode_cache_larger_than_the_cache() -> None:
@@ -277,19 +305,23 @@ def test_cell_features_match_feature_values_at_every_cache_size() -> None:
         assert np.array_equal(table.matrix(cache, kv_cache), np.array(expected))
 
 
-@pytest.mark.parametrize("heads, features", [
-    ((1, 2, 4, 8, 16, 32, 64), ("flops", "map", "kv", "weights", "heads", "const")),
-    ((1, 2, 4, 8, 16), ("flops", "map", "const")),  # 5 cells: 5 base terms would be exact
-    ((1, 2, 4), ("flops", "const")),
+@pytest.mark.parametrize("heads, features, reduced", [
+    # forward steps only: the K/V term (decode) is 0 on every cell, never fitted
+    ((1, 2, 4, 8, 16, 32, 64), ("flops", "map", "weights", "heads", "const"), False),
+    # 5 cells: the full model's 5 non-zero terms would be exact; the base terms less K/V
+    ((1, 2, 4, 8, 16), ("flops", "map", "heads", "const"), False),
+    ((1, 2, 4, 8), ("flops", "map", "const"), True),
+    ((1, 2, 4), ("flops", "const"), True),
 ])
 def test_a_group_never_fits_as_many_coefficients_as_it_has_cells(
-        tmp_path: Path, heads: tuple[int, ...], features: tuple[str, ...]) -> None:
+        tmp_path: Path, heads: tuple[int, ...], features: tuple[str, ...], reduced: bool
+        ) -> None:
     root = write_results(tmp_path / "r", params=grid()[:2] + [[2], [128], [256], list(heads)]
                          + grid()[6:])
     model = fit_models(load_results(root).frame)[KEY]
     assert model.features == features and model.cells == len(heads)
     assert len(model.features) < model.cells
-    assert model.reduced == (len(features) < 6)
+    assert model.reduced == reduced
     assert all(model.coef[f] == 0 for f in FEATURES if f not in features)
 
 

@@ -2,7 +2,7 @@
 
 Every count comes from :func:`mhabench.core.cost.cost` (one source of FLOPs and bytes);
 here they are only arranged into the columns a fit needs. Per config (whole batch, one
-step of its mode; a training step multiplies the map, K/V, weight and head terms by the cost
+step of its mode; a training step multiplies the map, weight and head terms by the cost
 model's ``TRAIN_FACTOR`` as it does the FLOPs):
 
 - ``flops``: the chapter's count (projections + scores + mixing) at one matmul rate. (A
@@ -22,9 +22,13 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
 - ``spill``: the same count where the kernel writes the map to memory
   (:func:`mhabench.core.kernels.materialises`) and the map is larger than a cache size
   (flash-style kernels keep it in tiles: it never spills).
-- ``kv``: key/value elements the attention reads, ``batch * m * 2 * width`` (``width``:
-  ``h_kv * p``, or ``d`` where the backend repeats K/V to every query head,
-  :data:`REPEATS_KV`); a decode step's KV cache, which its few FLOPs leave out.
+- ``kv``: key/value elements a decode step reads from its cache, ``batch * m * 2 *
+  width`` (``width``: ``h_kv * p``, or ``d`` where the backend repeats K/V to every query
+  head, :data:`REPEATS_KV`), which its few FLOPs leave out; 0 for the other modes, whose
+  K/V are fresh activations of the projections the FLOPs count. (Counted for every mode,
+  it took from the terms forward and training steps do pay: off the grid their median
+  errors were 14.2 % and 13.4 %; counted for decode alone, 12.6 % and 12.4 %, decode's
+  unchanged at 23 %; 768 validate configs of seeds 200-265 re-predicted, 2026-12-04.)
 - ``kv_spill``: the same for decode steps whose K/V, as the backend reads them (the
   cache, or the h-wide copy a repeating backend makes), are larger than a cache size (they
   stay in a CPU cache between calls only while they fit).
@@ -35,6 +39,16 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   decode points and four validate samples (96 configs, seeds 200-203, 2026-12-03):
   decode's median error 44 % -> 33 % in leave-out and 42 % -> 38 % off the grid; all modes
   20 % -> 21 % and 17 % -> 18 %, unchanged within the samples' scatter.
+- ``loop_heads``: the loop backend's per-head passes over full-width activations,
+  ``batch * d * (rows * h + projected * h_kv)``: each query head projects the (b, rows, d)
+  queries through its own W_q slice and adds its (b, rows, d) share of the output into the
+  sum, each key/value head reads the (b, m, d) source (narrow matmuls, p wide, run far
+  below the rate of one d-wide projection); 0 for the other backends. Without it the loop
+  backend's forward steps ran a median 1.27x their prediction off the grid (median error
+  28 %, JAX and torch alike); with it 1.03x (torch) and 1.13x (JAX), 15-16 %; all modes
+  15.5 % -> 14.9 %, the 90th percentile 52 % -> 44 % (the same 768 configs). Counted once
+  per step, training too: counted 3x, the loop backend's training steps read 14.4 %
+  off, against 11.6 % (the same configs).
 - ``heads``: a fixed cost per head (dispatch, per-head kernel launches).
 - ``const``: a fixed cost per call: the ops a step dispatches, so a training step counts
   ``TRAIN_FACTOR`` (its backward dispatches about twice its forward's ops). With one
@@ -53,15 +67,16 @@ from mhabench.analysis.results import config_from_row
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "weights", "heads",
-            "const")
+FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "weights",
+            "loop_heads", "heads", "const")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
                   "spill": "attention map written beyond cache",
-                  "kv": "keys/values read (batch*m*2*width)",
+                  "kv": "decode: keys/values read (batch*m*2*width)",
                   "kv_spill": "keys/values beyond cache",
                   "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
+                  "loop_heads": "loop: per-head passes over activations (b*d*(n*h + m*h_kv))",
                   "heads": "per-head fixed cost",
                   "const": "fixed per call (train: 3x)"}
 # Backends whose grouped-query path copies each key/value head to its g query heads
@@ -82,18 +97,22 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     elements = float(terms.attention_map_elements * factor)
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
-    # keys: m, or m + 1 where the step attends its own token too; projected: 0 for a cross
-    # decode step, whose source K/V are cached
-    _, keys, projected = step_lengths(config)
-    kv = float(config.batch * keys * 2 * read_kv_width(config) * factor)
+    # rows: query rows; keys: m, or m + 1 where the step attends its own token too;
+    # projected: key/value rows projected, 0 for a cross decode step (its source is cached)
+    rows, keys, projected = step_lengths(config)
+    decode = config.mode == "decode"
+    kv = float(config.batch * keys * 2 * read_kv_width(config)) if decode else 0.0
     kv_spills = kv_cache_bytes is not None and decode_kv_bytes(config) > kv_cache_bytes
     # W_q and W_o always; W_k and W_v where the step projects keys/values
     weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
+    loop_heads = (config.batch * config.d * (rows * config.heads + projected * config.kv_heads)
+                  if config.backend == "loop" else 0)
     return {"flops": float(terms.flops_model),
             "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
             "map": elements,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0, "weights": float(weights * factor),
+            "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor)}
 
 

@@ -4,7 +4,8 @@ For one machine x framework x backend x device x dtype, a config's time is model
 
     t = c_flops * flops_model + c_train * training_flops + c_map * map_elements
         + c_spill * spilled_map_elements
-        + c_kv * kv_elements + c_kv_spill * spilled_kv_elements + c_weights * weights
+        + c_kv * decode_kv_elements + c_kv_spill * spilled_kv_elements
+        + c_weights * weights + c_loop_heads * loop_passes
         + c_heads * heads + c_const
 
 with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
@@ -151,11 +152,14 @@ class TimeModel:
     features: tuple[str, ...] = FEATURES  # the terms fitted (non-zero columns)
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # RANGE_FIELDS
     seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # SEEN_FIELDS
+    level: int = 0  # index of the FEATURE_SETS model fitted
 
     @property
     def reduced(self) -> bool:
-        """True when the group was too small for the full model's base terms."""
-        return not set(FEATURE_SETS[1]) <= set(self.features)
+        """True when the group was too small for the full model's base terms (a model of
+        :data:`FEATURE_SETS` past the second; a term whose feature is 0 on every cell, as
+        K/V without decode steps, leaves a model as full as the cells allow)."""
+        return self.level >= 2
 
     def terms(self, config: AttentionConfig) -> dict[str, float]:
         values = feature_values(config, self.cache_bytes, self.kv_cache_bytes)
@@ -231,7 +235,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     ``features_of``: the cells' features if already computed."""
     t = cells["value"].to_numpy(dtype=float)
     table = features_of if features_of is not None else CellFeatures.of(cells)
-    for features in FEATURE_SETS:
+    for level, features in enumerate(FEATURE_SETS):
         best = None
         for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
             X = table.matrix(cache, kv_cache_bytes)
@@ -242,7 +246,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
             coef[used] = nnls(X[:, used] / t[:, None], np.ones(len(t)))
             loss = float(np.sum((X @ coef / t - 1) ** 2))
             if best is None or loss < best[0] * (1 - 1e-9) - LOSS_TIE:  # must earn its place
-                best = (loss, cache, X, coef, tuple(FEATURES[i] for i in used))
+                best = (loss, cache, X, coef, tuple(FEATURES[i] for i in used), level)
         if best is not None:
             break
     else:
@@ -250,7 +254,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
             f"{'/'.join(key) or 'this group'} has {len(cells)} timed cell(s); the simplest "
             f"model ({' + '.join(FEATURE_SETS[-1])}) needs at least {MIN_CELLS}: "
             "under-determined, not fitted")
-    loss, cache, X, coef, used = best
+    loss, cache, X, coef, used, level = best
     at = [FEATURES.index(f) for f in used]
     coef[at] = robust_log_fit(X[:, at] / t[:, None], coef[at])
     predicted = X @ coef
@@ -260,7 +264,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), cache,
                      kv_cache_bytes, len(cells), r_squared(t, predicted),
                      float(np.median(np.abs(predicted / t - 1))), separable, loss, used,
-                     ranges, seen)
+                     ranges, seen, level)
 
 
 def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:
