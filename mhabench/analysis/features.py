@@ -97,11 +97,10 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     elements = float(terms.attention_map_elements * factor)
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
-    # rows: query rows; keys: m, or m + 1 where the step attends its own token too;
-    # projected: key/value rows projected, 0 for a cross decode step (its source is cached)
-    rows, keys, projected = step_lengths(config)
-    decode = config.mode == "decode"
-    kv = float(config.batch * keys * 2 * read_kv_width(config)) if decode else 0.0
+    # rows: query rows; projected: key/value rows projected, 0 for a cross decode step
+    # (its source is cached)
+    rows, _, projected = step_lengths(config)
+    kv = float(decode_kv_elements(config))
     kv_spills = kv_cache_bytes is not None and decode_kv_bytes(config) > kv_cache_bytes
     # W_q and W_o always; W_k and W_v where the step projects keys/values
     weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
@@ -122,6 +121,15 @@ def read_kv_width(config: AttentionConfig) -> int:
     return config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
 
 
+def decode_kv_elements(config: AttentionConfig) -> int:
+    """Key/value elements a decode step reads every call (the m + 1 positions the cache
+    holds after the write, or a cross step's m cached source positions), as its backend
+    lays them out (:func:`read_kv_width`); 0 for the other modes, whose K/V are fresh."""
+    if config.mode != "decode":
+        return 0
+    return config.batch * step_lengths(config)[1] * 2 * read_kv_width(config)
+
+
 def decode_kv_bytes(config: AttentionConfig) -> int:
     """Bytes of keys/values a decode step reads every call (the m + 1 positions the cache
     holds after the write), as its backend lays them out: the h_kv-wide cache, or its h-wide
@@ -129,10 +137,7 @@ def decode_kv_bytes(config: AttentionConfig) -> int:
     copy each call. (Deciding by the stored cache alone left batched MQA decode steps whose
     copy outgrew the cache 3.5x short: two of 168 validate configs, seeds 200-213.) 0 for
     the other modes, whose K/V are fresh."""
-    if config.mode != "decode":
-        return 0
-    keys = step_lengths(config)[1]
-    return config.batch * keys * 2 * read_kv_width(config) * DTYPE_BYTES[config.dtype]
+    return decode_kv_elements(config) * DTYPE_BYTES[config.dtype]
 
 
 @dataclass(frozen=True)

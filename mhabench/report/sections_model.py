@@ -118,7 +118,9 @@ def decomposition_section(ctx: Context) -> Section:
         Table("residuals", "The model against each sweep's measurement at every h",
               pd.DataFrame(residuals), detail=True)])
     section.text.append(
-        "Time is fitted (non-negative least squares, per machine/framework/backend/device) as "
+        "Time is fitted (per machine/framework/backend/device: non-negative least squares "
+        "picks the terms and cache sizes, then the coefficients are refitted on log "
+        "residuals under a soft-L1 loss) as "
         "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own) + scores (b*h*n*m) "
         "x s/score (plus an extra s/score for maps larger than a cache size fitted per "
         "group) + a decode step's key/value elements read from its cache "
