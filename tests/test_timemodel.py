@@ -173,6 +173,59 @@ def test_loop_heads_counts_the_loop_backends_per_head_passes_over_activations() 
         loop)["loop_heads"]  # JAX's loop layer projects per head too
 
 
+def test_kv_copy_counts_the_keys_and_values_a_decode_step_copies() -> None:
+    dec = AttentionConfig(backend="batched", mode="decode", batch=4, n=1, m=500, d=256,
+                          heads=16, kv_heads=4)
+    kv = feature_values(dec)["kv"]
+    # torch: the repeating backend copies for GQA/MQA only, and no other backend copies
+    assert feature_values(dec)["kv_copy"] == kv > 0
+    assert feature_values(dec.replace(kv_heads=16))["kv_copy"] == 0
+    for backend in ("loop", "fused"):
+        assert feature_values(dec.replace(backend=backend, kv_heads=1))["kv_copy"] == 0
+    # JAX self decode: XLA copies the cache of batched (MHA too) and blockwise, of loop
+    # for one K/V head; never in a cross step or the fused kernel, nor outside decode
+    jax = dec.replace(framework="jax", kv_heads=16)
+    for backend, kv_heads, copies in (("batched", 16, True), ("blockwise", 16, True),
+                                      ("blockwise", 4, True), ("loop", 1, True),
+                                      ("loop", 4, False), ("fused", 1, False)):
+        config = jax.replace(backend=backend, kv_heads=kv_heads)
+        assert feature_values(config)["kv_copy"] == (feature_values(config)["kv"]
+                                                     if copies else 0), (backend, kv_heads)
+    assert feature_values(jax.replace(cross=True))["kv_copy"] == 0
+    assert feature_values(jax.replace(cross=True, kv_heads=4))["kv_copy"] > 0  # the repeat
+    assert feature_values(AttentionConfig(framework="jax", kv_heads=2))["kv_copy"] == 0
+
+
+def test_projects_kv_is_a_per_call_cost_of_every_step_but_a_cross_decode_step() -> None:
+    dec = AttentionConfig(backend="fused", mode="decode", batch=2, n=1, m=100, d=64, heads=4)
+    assert feature_values(dec)["projects_kv"] == 1
+    assert feature_values(dec.replace(cross=True))["projects_kv"] == 0
+    assert feature_values(AttentionConfig(cross=True))["projects_kv"] == 1
+    assert feature_values(AttentionConfig(mode="train"))["projects_kv"] == 3
+
+
+def test_projects_kv_is_fitted_only_where_cross_decode_steps_tell_it_from_const() -> None:
+    truth = {**TRUE_COEF, "kv": 1e-9, "kv_copy": 2e-9, "projects_kv": 3e-5}
+    forward = [AttentionConfig(framework="jax", backend="batched", batch=b, n=n, d=d,
+                               heads=h)
+               for b in (2, 8) for n in (128, 512) for d in (64, 256) for h in (1, 4, 16)]
+    decode = [AttentionConfig(framework="jax", backend="batched", mode="decode", batch=b,
+                              n=1, m=m, d=256, heads=16, kv_heads=kv, cross=cross)
+              for b in (1, 4) for m in (1024, 4096) for kv in (1, 4, 16)
+              for cross in (False, True)]
+    model = fit_cells(_cells(forward + decode, truth, None), KEY)
+    for name in FEATURES:
+        assert model.coef[name] == pytest.approx(truth[name], rel=1e-6, abs=1e-15), name
+    # Without cross decode steps the column equals the constant's: one coefficient, the
+    # constant's, takes both, and the predictions stay exact.
+    selfish = [c for c in forward + decode if not c.cross]
+    model = fit_cells(_cells(selfish, truth, None), KEY)
+    assert "projects_kv" not in model.features and model.coef["projects_kv"] == 0
+    assert model.coef["const"] == pytest.approx(truth["const"] + truth["projects_kv"])
+    assert all(model.predict(c) == pytest.approx(synthetic_time(c, truth), rel=1e-6)
+               for c in selfish)
+
+
 def test_kv_spill_counts_only_a_decode_cache_larger_than_the_cache() -> None:
     # The K/V as the backend reads them decide: the h_kv-wide cache, or the h-wide copy
     # batched writes and reads each call.

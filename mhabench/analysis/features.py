@@ -32,6 +32,16 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
 - ``kv_spill``: the same for decode steps whose K/V, as the backend reads them (the
   cache, or the h-wide copy a repeating backend makes), are larger than a cache size (they
   stay in a CPU cache between calls only while they fit).
+- ``kv_copy``: key/value elements a decode step copies before its attention reads them
+  (the ``kv`` count again, for the steps that copy; 0 for the rest), as the compiled
+  steps show: a backend that repeats K/V (:data:`REPEATS_KV`) writes the h-wide copy
+  whenever h_kv < h, and in a JAX self decode step XLA copies the donated cache it writes
+  the new token into (:func:`decode_kv_copied`): the HLO of the batched step with
+  h_kv = h and of the blockwise step holds cache-sized ``copy`` ops, the loop step's
+  only for one K/V head, the fused step's none (a self decode step at b 1-4, m 300-1023,
+  d 96-384). One rate for every K/V read left JAX batched self decode steps a median 2x
+  their prediction and its cross decode steps (no copy) 0.4x (840 validate configs of
+  seeds 200-265 and 301-303, re-predicted, 2026-12-04).
 - ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
   where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
   a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
@@ -54,6 +64,15 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   ``TRAIN_FACTOR`` (its backward dispatches about twice its forward's ops). With one
   constant for every mode, training steps off the grid ran 24 % (self) and 46 % (cross)
   slower than predicted (medians, 192 random configs); with it, 11 % and 29 %.
+- ``projects_kv``: a fixed cost per call again, for every step that projects keys and
+  values (all but a cross decode step, whose source is cached): the K/V projections' ops
+  and, in a self decode step, the cache write. Without it self decode steps ran a median
+  1.13x their prediction and cross decode steps 0.92x; with it (and ``kv_copy``) decode's
+  median factor error off the grid went 20.2 % -> 15.7 %, all modes' 15.2 % -> 13.4 %,
+  the worst config 3.8x -> 2.9x off, and the leave-out median 16.6 % -> 13.2 % (the same
+  840 configs). Where no
+  cell is a cross decode step it equals ``const`` and is not fitted
+  (:func:`mhabench.analysis.timemodel.fit_cells`).
 """
 
 from __future__ import annotations
@@ -67,23 +86,29 @@ from mhabench.analysis.results import config_from_row
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "weights",
-            "loop_heads", "heads", "const")
+FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "kv_copy", "weights",
+            "loop_heads", "heads", "const", "projects_kv")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
                   "spill": "attention map written beyond cache",
                   "kv": "decode: keys/values read (batch*m*2*width)",
                   "kv_spill": "keys/values beyond cache",
+                  "kv_copy": "decode: keys/values copied before the read",
                   "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
                   "loop_heads": "loop: per-head passes over activations (b*d*(n*h + m*h_kv))",
                   "heads": "per-head fixed cost",
-                  "const": "fixed per call (train: 3x)"}
+                  "const": "fixed per call (train: 3x)",
+                  "projects_kv": "fixed per call projecting keys/values (train: 3x)"}
 # Backends whose grouped-query path copies each key/value head to its g query heads
 # (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
 # h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
 # kernels take grouped K/V directly: they read the h_kv-wide tensors.
 REPEATS_KV = frozenset({"batched"})
+# JAX backends whose compiled self decode step copies the (donated) cache it writes the new
+# token into before the attention reads it (see ``kv_copy`` above); the loop backend's does
+# for a single K/V head only.
+XLA_COPIES_CACHE = frozenset({"batched", "blockwise"})
 # Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
 CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
 
@@ -110,9 +135,11 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
             "map": elements,
             "spill": elements if spills else 0.0, "kv": kv,
-            "kv_spill": kv if kv_spills else 0.0, "weights": float(weights * factor),
+            "kv_spill": kv if kv_spills else 0.0,
+            "kv_copy": float(decode_kv_copied(config)), "weights": float(weights * factor),
             "loop_heads": float(loop_heads),
-            "heads": float(config.heads * factor), "const": float(factor)}
+            "heads": float(config.heads * factor), "const": float(factor),
+            "projects_kv": float(factor) if projected else 0.0}
 
 
 def read_kv_width(config: AttentionConfig) -> int:
@@ -128,6 +155,17 @@ def decode_kv_elements(config: AttentionConfig) -> int:
     if config.mode != "decode":
         return 0
     return config.batch * step_lengths(config)[1] * 2 * read_kv_width(config)
+
+
+def decode_kv_copied(config: AttentionConfig) -> int:
+    """Key/value elements a decode step copies before its attention reads them: all it reads
+    (:func:`decode_kv_elements`) where its backend repeats K/V to h_kv < h query heads, or
+    where XLA copies the cache a JAX self decode step updates (:data:`XLA_COPIES_CACHE`,
+    and the loop backend's single K/V head); 0 otherwise."""
+    repeats = config.backend in REPEATS_KV and config.kv_heads < config.heads
+    xla = config.framework == "jax" and not config.cross and (
+        config.backend in XLA_COPIES_CACHE or config.backend == "loop" and config.kv_heads == 1)
+    return decode_kv_elements(config) if repeats or xla else 0
 
 
 def decode_kv_bytes(config: AttentionConfig) -> int:

@@ -5,8 +5,9 @@ For one machine x framework x backend x device x dtype, a config's time is model
     t = c_flops * flops_model + c_train * training_flops + c_map * map_elements
         + c_spill * spilled_map_elements
         + c_kv * decode_kv_elements + c_kv_spill * spilled_kv_elements
-        + c_weights * weights + c_loop_heads * loop_passes
-        + c_heads * heads + c_const
+        + c_kv_copy * copied_kv_elements + c_weights * weights
+        + c_loop_heads * loop_passes + c_heads * heads + c_const
+        + c_projects_kv * projects_kv
 
 with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
 is there; every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
@@ -239,7 +240,8 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
         best = None
         for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
             X = table.matrix(cache, kv_cache_bytes)
-            used = [i for i, f in enumerate(FEATURES) if f in features and X[:, i].any()]
+            used = _distinct(X, [i for i, f in enumerate(FEATURES)
+                                 if f in features and X[:, i].any()])
             if len(used) >= len(cells):
                 continue  # as many coefficients as cells: an exact fit that proves nothing
             coef = np.zeros(len(FEATURES))
@@ -265,6 +267,18 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
                      kv_cache_bytes, len(cells), r_squared(t, predicted),
                      float(np.median(np.abs(predicted / t - 1))), separable, loss, used,
                      ranges, seen, level)
+
+
+def _distinct(X: np.ndarray, columns: Sequence[int]) -> list[int]:
+    """``columns`` less each one equal to an earlier one: the fit cannot tell two equal
+    columns apart (``projects_kv`` is ``const`` where no cell is a cross decode step, the
+    training FLOPs are the FLOPs where every cell is a training step), so the earlier
+    feature takes the cost and the later is not fitted."""
+    kept: list[int] = []
+    for i in columns:
+        if not any(np.array_equal(X[:, i], X[:, j]) for j in kept):
+            kept.append(i)
+    return kept
 
 
 def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:

@@ -124,9 +124,11 @@ def decomposition_section(ctx: Context) -> Section:
         "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own) + scores (b*h*n*m) "
         "x s/score (plus an extra s/score for maps larger than a cache size fitted per "
         "group) + a decode step's key/value elements read from its cache "
-        "(batch*m*2*width, and beyond a cache size) x s/element + projection weights read "
-        "x s/weight + the loop backend's per-head passes over activations "
-        "(b*d*(n*h + m*h_kv)) + h x s/head + a constant (mhabench.analysis.features says "
+        "(batch*m*2*width, and beyond a cache size, and again where the step copies them "
+        "first: a K/V repeat, or XLA's copy of a JAX cache) x s/element + projection "
+        "weights read x s/weight + the loop backend's per-head passes over activations "
+        "(b*d*(n*h + m*h_kv)) + h x s/head + a constant, and a second one for steps that "
+        "project keys/values (all but cross decode) (mhabench.analysis.features says "
         "what each counts and why). At fixed d the FLOP term does not change with "
         "h, so the h-trend is split between the b*h*n*m term and the fixed per-head cost. "
         f"The b*h*n*m term is the {SCORE_TERMS[True]} where the kernel writes the map "
@@ -185,7 +187,9 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "K/V read (ns/element)": 1e9 * c["kv"],
                      "decode K/V beyond cache (ns/element)": 1e9 * c["kv_spill"],
                      "K/V cache size (MiB)": (model.kv_cache_bytes or np.nan) / 2**20,
+                     "decode K/V copied (ns/element)": 1e9 * c["kv_copy"],
                      "per head (us)": 1e6 * c["heads"], "fixed (ms)": 1e3 * c["const"],
+                     "fixed, projecting K/V (ms)": 1e3 * c["projects_kv"],
                      "fitted ranges": _ranges(model)})
     for key, cells in sorted((ctx.underdetermined or {}).items()):
         rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "cells": cells,
