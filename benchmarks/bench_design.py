@@ -41,7 +41,7 @@ from .common import (
 BLOCKWISE = [b for b in NEW_BACKENDS if b == "blockwise"]
 DESIGN_BACKENDS = grid(tiny=["batched", "fused"],
                        quick=[*BACKENDS, *BLOCKWISE], full=[*BACKENDS, *BLOCKWISE])
-POINTS = calibration_design(grid(tiny=2, quick=8, full=32),
+POINTS = calibration_design(grid(tiny=2, quick=16, full=32),
                             box=grid(tiny=TINY_BOX, quick=QUICK_BOX, full=QUICK_BOX))
 # Decode steps alone (``DecodeNN``), half of them cross-attention over a cached source, from
 # the Sobol points after the general design's: sub-millisecond steps, about 4-5 s of the
