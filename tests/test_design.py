@@ -126,7 +126,7 @@ def test_design_classes_name_the_config_they_time() -> None:
     print(json.dumps(out))
     """
     # full: every other class's CPU memory cell also gets the RSS cross-check there
-    for grid, size, decode in (("tiny", 2, 2), ("quick", 8, 16), ("full", 32, 16)):
+    for grid, size, decode in (("tiny", 2, 2), ("quick", 16, 16), ("full", 32, 16)):
         done = run_python(code, {"MHABENCH_GRID": grid})
         assert done.returncode == 0, done.stderr
         classes = json.loads(done.stdout.splitlines()[-1])

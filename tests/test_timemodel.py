@@ -173,6 +173,26 @@ def test_loop_heads_counts_the_loop_backends_per_head_passes_over_activations() 
         loop)["loop_heads"]  # JAX's loop layer projects per head too
 
 
+def test_unaligned_terms_count_steps_off_multiples_of_16_floats() -> None:
+    aligned = AttentionConfig(batch=2, n=512, d=256, heads=8)  # p = 32
+    assert feature_values(aligned)["unaligned_flops"] == feature_values(aligned)[
+        "unaligned_map"] == 0
+    values = feature_values(aligned.replace(n=500))  # self-attention: m = 500 too
+    assert values["unaligned_flops"] == values["flops"] > 0
+    assert values["unaligned_map"] == values["map"] > 0
+    # queries alone off: the FLOPs' term, not the map's (its rows are m long, p deep)
+    cross = feature_values(aligned.replace(cross=True, n=500, m=512))
+    assert cross["unaligned_flops"] == cross["flops"] and cross["unaligned_map"] == 0
+    narrow = feature_values(aligned.replace(d=248))  # p = 31
+    assert narrow["unaligned_flops"] == narrow["flops"]
+    assert narrow["unaligned_map"] == narrow["map"]
+    train = feature_values(aligned.replace(mode="train", d=248))
+    assert train["unaligned_map"] == train["map"] == 3 * narrow["map"]
+    # a decode step's time is its reads: no alignment term, whatever its shape
+    dec = feature_values(aligned.replace(mode="decode", n=1, m=500, d=248))
+    assert dec["unaligned_flops"] == dec["unaligned_map"] == 0
+
+
 def test_kv_copy_counts_the_keys_and_values_a_decode_step_copies() -> None:
     dec = AttentionConfig(backend="batched", mode="decode", batch=4, n=1, m=500, d=256,
                           heads=16, kv_heads=4)

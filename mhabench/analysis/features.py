@@ -14,6 +14,21 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   (25 of 96 configs of four validate samples, 2026-12-03); with it, 1.09x (and leave-out
   median 20 % -> 18 %). A fixed per-call cost for training alone did as well on those
   but left out one cell 27x off: not taken.
+- ``unaligned_flops`` and ``unaligned_map``: the ``flops`` and ``map`` counts again for a
+  forward or training step whose lengths or widths are not all multiples (or divisors) of
+  :data:`ALIGN` floats (one AVX-512 vector, one 64-byte cache line): n, m, d or p for the
+  FLOPs, m or p (a score row, a head's contraction) for the map; 0 for aligned steps and
+  for decode steps, whose time is their reads. The kernels run such shapes on slower paths
+  (remainder loops, other blockings): the same steps with n and m 3 shorter and p 1
+  narrower, less work, ran a median 1.19x their aligned twins' time per predicted second
+  (18 pairs over six backends, per backend 1.12x for JAX fused to 1.30x for torch fused;
+  ``scripts/alignment_scan.py``), and JAX fused at n = m = 500-520 ran 8-10 % slower per
+  score than at 496 or 512. The sweeps' cells are all aligned and the design's almost
+  never: without these terms the design's forward cells ran a median 1.09x their fit and
+  the sweeps' 0.96x, and off-grid forward steps 1.09x their prediction; with them forward
+  steps' median factor error went 13.2 % -> 10.6 %, all modes' 13.2 % -> 12.2 %, the 90th
+  percentile 45 % -> 39 %, leave-out 14.9 % -> 12.4 % (840 validate configs of seeds
+  200-265 and 301-303 re-predicted on the 16-point quick design, 2026-12-04).
 - ``map``: one per score (``batch * h * n * m``): the elementwise work (scale, mask,
   softmax), which every kernel does, and the narrow-head penalty: a matmul over a
   contraction of width p runs at an efficiency about p / (p + p0), so its time is
@@ -86,10 +101,12 @@ from mhabench.analysis.results import config_from_row
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "train_flops", "map", "spill", "kv", "kv_spill", "kv_copy", "weights",
-            "loop_heads", "heads", "const", "projects_kv")
+FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "spill", "kv",
+            "kv_spill", "kv_copy", "weights", "loop_heads", "heads", "const", "projects_kv")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
+                  "unaligned_flops": "FLOPs again where n, m, d or p is not a multiple of 16",
+                  "unaligned_map": "scores again where m or p is not a multiple of 16",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
                   "spill": "attention map written beyond cache",
                   "kv": "decode: keys/values read (batch*m*2*width)",
@@ -109,6 +126,9 @@ REPEATS_KV = frozenset({"batched"})
 # token into before the attention reads it (see ``kv_copy`` above); the loop backend's does
 # for a single K/V head only.
 XLA_COPIES_CACHE = frozenset({"batched", "blockwise"})
+# Lengths and widths that are multiples of this many floats run the kernels' fast paths
+# (one AVX-512 vector of float32, one 64-byte cache line); see ``unaligned_flops`` above.
+ALIGN = 16
 # Map sizes (bytes of one batch*h*n*m map) the spill term may start at: 1 MiB to 1 GiB.
 CACHE_CANDIDATES = tuple(2**k * 2**20 for k in range(11))
 
@@ -131,15 +151,26 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
     loop_heads = (config.batch * config.d * (rows * config.heads + projected * config.kv_heads)
                   if config.backend == "loop" else 0)
+    steps = config.mode != "decode"  # a decode step's time is its reads
+    ragged_rows = steps and not aligned(config.m, config.head_dim)
+    ragged = ragged_rows or steps and not aligned(config.n, config.d)
     return {"flops": float(terms.flops_model),
             "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
+            "unaligned_flops": float(terms.flops_model) if ragged else 0.0,
             "map": elements,
+            "unaligned_map": elements if steps and ragged_rows else 0.0,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0,
             "kv_copy": float(decode_kv_copied(config)), "weights": float(weights * factor),
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
             "projects_kv": float(factor) if projected else 0.0}
+
+
+def aligned(*sizes: int) -> bool:
+    """Whether every size is a multiple of :data:`ALIGN` or divides it (heads 4 or 8 wide
+    fill a vector together)."""
+    return all(size % ALIGN == 0 or ALIGN % size == 0 for size in sizes)
 
 
 def read_kv_width(config: AttentionConfig) -> int:

@@ -3,6 +3,7 @@
 For one machine x framework x backend x device x dtype, a config's time is modelled as
 
     t = c_flops * flops_model + c_train * training_flops + c_map * map_elements
+        + c_unaligned_flops * unaligned_flops + c_unaligned_map * unaligned_map_elements
         + c_spill * spilled_map_elements
         + c_kv * decode_kv_elements + c_kv_spill * spilled_kv_elements
         + c_kv_copy * copied_kv_elements + c_weights * weights

@@ -121,7 +121,8 @@ def decomposition_section(ctx: Context) -> Section:
         "Time is fitted (per machine/framework/backend/device: non-negative least squares "
         "picks the terms and cache sizes, then the coefficients are refitted on log "
         "residuals under a soft-L1 loss) as "
-        "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own) + scores (b*h*n*m) "
+        "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own, and FLOPs and "
+        "scores again where n, m, d or p is not a multiple of 16 floats) + scores (b*h*n*m) "
         "x s/score (plus an extra s/score for maps larger than a cache size fitted per "
         "group) + a decode step's key/value elements read from its cache "
         "(batch*m*2*width, and beyond a cache size, and again where the step copies them "
@@ -175,10 +176,14 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "R^2": model.r2,
                      "in-sample median error (%)": 100 * model.median_rel_error,
                      "FLOP rate (GFLOP/s)": 1e-9 / c["flops"] if c["flops"] > 0 else np.inf,
+                     "unaligned FLOP rate (GFLOP/s)":
+                     1e-9 / (c["flops"] + c["unaligned_flops"])
+                     if c["flops"] + c["unaligned_flops"] > 0 else np.inf,
                      "training FLOP rate (GFLOP/s)": 1e-9 / (c["flops"] + c["train_flops"])
                      if c["flops"] + c["train_flops"] > 0 else np.inf,
                      "b*h*n*m term": SCORE_TERMS[writes],
                      "b*h*n*m (ns/score)": 1e9 * c["map"],
+                     "unaligned, again (ns/score)": 1e9 * c["unaligned_map"],
                      # bytes moved per score only means something where the map is written
                      "map bytes/score at copy bandwidth": c["map"] * bw * 1e9 if writes
                      else np.nan,
