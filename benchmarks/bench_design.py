@@ -23,6 +23,8 @@ from mhabench.core.design import (
     QUICK_BOX,
     TINY_BOX,
     TINY_DECODE_BOX,
+    TINY_TRAIN_BOX,
+    TRAIN_BOX,
     calibration_design,
 )
 
@@ -48,8 +50,15 @@ POINTS = calibration_design(grid(tiny=2, quick=16, full=32),
 # quick grid a point. 16 on the quick grid too (the full grid's points): with 8, two had
 # d > 400, and the time of a wide decode step (its 4 d^2 projection weights read each call)
 # was a guess the fit made from them.
-DECODE_POINTS = calibration_design(grid(tiny=2, quick=16, full=16), skip=True, box=grid(
-    tiny=TINY_DECODE_BOX, quick=DECODE_BOX, full=DECODE_BOX))
+DECODE_POINTS = calibration_design(grid(tiny=2, quick=16, full=16), start=grid(
+    tiny=2, quick=16, full=16), box=grid(tiny=TINY_DECODE_BOX, quick=DECODE_BOX,
+                                         full=DECODE_BOX))
+# Training steps alone (``TrainNN``), from the Sobol points after the first 32: a group's
+# training FLOP rate is a coefficient of its own, and the general design gives it two to
+# four cells.
+TRAIN_POINTS = calibration_design(grid(tiny=2, quick=8, full=16), start=grid(
+    tiny=4, quick=32, full=32), box=grid(tiny=TINY_TRAIN_BOX, quick=TRAIN_BOX,
+                                         full=TRAIN_BOX))
 SHAPE_FIELDS = ("mode", "batch", "n", "m", "d", "heads", "kv_heads", "cross", "masked")
 
 
@@ -69,7 +78,8 @@ def _design_class(prefix: str, index: int, point: dict[str, Any]) -> type:
     })
 
 
-for _prefix, _points in (("Design", POINTS), ("Decode", DECODE_POINTS)):
+for _prefix, _points in (("Design", POINTS), ("Decode", DECODE_POINTS),
+                         ("Train", TRAIN_POINTS)):
     for _index, _point in enumerate(_points):
         globals()[f"{_prefix}{_index:02d}"] = _design_class(_prefix, _index, _point)
 # asv collects every class a module's namespace holds, under any name: a loop variable left

@@ -20,6 +20,8 @@ from mhabench.core.design import (
     SEED,
     TINY_BOX,
     TINY_DECODE_BOX,
+    TINY_TRAIN_BOX,
+    TRAIN_BOX,
     Box,
     _kv_heads,
     calibration_design,
@@ -68,6 +70,15 @@ def test_each_axis_has_one_point_per_stratum_and_larger_designs_keep_the_first()
     assert calibration_design(32)[:8] == calibration_design(8)  # benchmark ids stay
     with pytest.raises(ValueError, match="power of two"):
         calibration_design(12)
+    # a block of 8 starting at a multiple of 8 (a later design's) is balanced too, and new
+    later = design_points(64)[32:40]
+    strata = np.floor(later * 8).astype(int)
+    assert all(sorted(strata[:, j]) == list(range(8)) for j in range(len(AXES)))
+    assert calibration_design(8, start=32) == [point_fields(u) for u in later]
+    assert not set(map(str, calibration_design(8, start=32))) & set(map(
+        str, calibration_design(32)))
+    with pytest.raises(ValueError, match="multiple of size"):
+        calibration_design(8, start=4)
     # the point's n is the log-uniform level of its coordinate (when no cap shrank it)
     u = design_points(8)[0]
     fields = point_fields(u, Box(max_gflop=1e9))
@@ -83,7 +94,7 @@ def test_the_stored_points_are_scipys_sobol_and_spare_the_import() -> None:
     from scipy.stats import qmc
 
     sampler = qmc.Sobol(d=len(AXES), scramble=True, rng=np.random.default_rng(SEED))
-    assert np.array_equal(design_points(32), sampler.random_base2(5))
+    assert np.array_equal(design_points(64), sampler.random_base2(6))
     assert not np.array_equal(design_points(32, seed=SEED + 1), design_points(32))
     done = run_python("""
     import sys
@@ -113,11 +124,13 @@ def test_design_classes_name_the_config_they_time() -> None:
              if isinstance(v, type) and issubclass(v, bench_design.AttentionBenchmark)
              and v is not bench_design.AttentionBenchmark}
     assert len(set(timed.values())) == len(timed), timed  # no class under a second name
-    assert all(n.startswith(("Decode", "Design")) for n in timed), timed
-    # the general design's classes, then the decode design's
+    assert all(n.startswith(("Decode", "Design", "Train")) for n in timed), timed
+    # the general design's classes, then the decode design's, then the training design's
+    order = ("Design", "Decode", "Train")
     for name, cls in sorted(vars(bench_design).items(),
-                            key=lambda kv: (kv[0].startswith("Decode"), kv[0])):
-        if name.startswith(("Decode", "Design")):
+                            key=lambda kv: (order.index(kv[0].rstrip("0123456789"))
+                                            if kv[0].startswith(order) else -1, kv[0])):
+        if name.startswith(order):
             cells = [[v[0] for v in cls.params]]
             out.append([name, cls.param_names, config_of(cls.param_names, cells[0]).to_dict(),
                         len(cls.params[1]), [m for m in ("track_kernel", "track_step_bytes",
@@ -126,21 +139,25 @@ def test_design_classes_name_the_config_they_time() -> None:
     print(json.dumps(out))
     """
     # full: every other class's CPU memory cell also gets the RSS cross-check there
-    for grid, size, decode in (("tiny", 2, 2), ("quick", 16, 16), ("full", 32, 16)):
+    for grid, size, decode, train in (("tiny", 2, 2, 2), ("quick", 16, 16, 8),
+                                      ("full", 32, 16, 16)):
         done = run_python(code, {"MHABENCH_GRID": grid})
         assert done.returncode == 0, done.stderr
         classes = json.loads(done.stdout.splitlines()[-1])
-        assert len(classes) == size + decode
+        assert len(classes) == size + decode + train
         tiny = grid == "tiny"
         points = calibration_design(size, box=TINY_BOX if tiny else QUICK_BOX)
         decode_points = calibration_design(decode, box=TINY_DECODE_BOX if tiny else DECODE_BOX,
-                                           skip=True)
+                                           start=decode)
+        train_points = calibration_design(train, box=TINY_TRAIN_BOX if tiny else TRAIN_BOX,
+                                          start=4 if tiny else 32)
         assert [c[0] for c in classes] == [f"Design{i:02d}" for i in range(size)] + [
-            f"Decode{i:02d}" for i in range(decode)]
+            f"Decode{i:02d}" for i in range(decode)] + [f"Train{i:02d}" for i in range(train)]
         assert {p["mode"] for p in decode_points} == {"decode"}
         assert {p["cross"] for p in decode_points} == {True, False}  # cached KV, cached source
-        for (_, names, config, backends, tracks), point in zip(classes, points + decode_points,
-                                                               strict=True):
+        assert {p["mode"] for p in train_points} == {"train"}
+        for (_, names, config, backends, tracks), point in zip(
+                classes, points + decode_points + train_points, strict=True):
             assert names[-1] == "threads" and "threads" not in config
             assert {k: config[k] for k in point} == point  # the parameters are the point
             assert tracks == [], (grid, tracks)  # time only: no kernel or memory process
