@@ -188,9 +188,12 @@ def test_unaligned_terms_count_steps_off_multiples_of_16_floats() -> None:
     assert narrow["unaligned_map"] == narrow["map"]
     train = feature_values(aligned.replace(mode="train", d=248))
     assert train["unaligned_map"] == train["map"] == 3 * narrow["map"]
-    # a decode step's time is its reads: no alignment term, whatever its shape
+    # a decode step's time is its reads: no alignment term, whatever its shape; its scores
+    # (one cache row each) count again at their own rate, a forward step's do not
     dec = feature_values(aligned.replace(mode="decode", n=1, m=500, d=248))
     assert dec["unaligned_flops"] == dec["unaligned_map"] == 0
+    assert dec["decode_scores"] == dec["map"] == 2 * 8 * 501  # m + 1 positions
+    assert values["decode_scores"] == train["decode_scores"] == 0
 
 
 def test_kv_copy_counts_the_keys_and_values_a_decode_step_copies() -> None:
@@ -229,9 +232,10 @@ def test_projects_kv_is_fitted_only_where_cross_decode_steps_tell_it_from_const(
     forward = [AttentionConfig(framework="jax", backend="batched", batch=b, n=n, d=d,
                                heads=h)
                for b in (2, 8) for n in (128, 512) for d in (64, 256) for h in (1, 4, 16)]
+    # (heads 4 and 16: at one h the decode scores, b*h*m, would be the K/V count over 32)
     decode = [AttentionConfig(framework="jax", backend="batched", mode="decode", batch=b,
-                              n=1, m=m, d=256, heads=16, kv_heads=kv, cross=cross)
-              for b in (1, 4) for m in (1024, 4096) for kv in (1, 4, 16)
+                              n=1, m=m, d=256, heads=h, kv_heads=kv, cross=cross)
+              for b in (1, 4) for m in (1024, 4096) for h, kv in ((16, 1), (16, 4), (4, 4))
               for cross in (False, True)]
     model = fit_cells(_cells(forward + decode, truth, None), KEY)
     for name in FEATURES:

@@ -34,6 +34,14 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   contraction of width p runs at an efficiency about p / (p + p0), so its time is
   FLOPs / peak * (1 + p0 / p), and the extra part, score FLOPs / p = 4 * b*h*n*m, is this
   column.
+- ``decode_scores``: a decode step's scores (``batch * h * m``) again: each is a p-long dot
+  product with a cache row read once, a matrix-vector product per head, where a forward
+  step's scores reuse their operands in matrix-matrix products (0 for the other modes).
+  With the forward steps' rate alone, decode steps' median factor error off the grid was
+  14.7 % (the loop backend's 15.9 % in JAX, 13.7 % in torch); with it 12.8 % (11.9 %,
+  9.7 %), all modes' 12.1 % -> 11.7 %, leave-out 11.3 % -> 11.0 %; the worst config 2.8x ->
+  3.1x off (a JAX batched self decode step over a 48 MB cache; 1056 validate configs of
+  seeds 200-265, 301-303 and 401-409 re-predicted, 2026-12-04).
 - ``spill``: the same count where the kernel writes the map to memory
   (:func:`mhabench.core.kernels.materialises`) and the map is larger than a cache size
   (flash-style kernels keep it in tiles: it never spills).
@@ -101,13 +109,15 @@ from mhabench.analysis.results import config_from_row
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "spill", "kv",
-            "kv_spill", "kv_copy", "weights", "loop_heads", "heads", "const", "projects_kv")
+FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "decode_scores",
+            "spill", "kv", "kv_spill", "kv_copy", "weights", "loop_heads", "heads", "const",
+            "projects_kv")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "unaligned_flops": "FLOPs again where n, m, d or p is not a multiple of 16",
                   "unaligned_map": "scores again where m or p is not a multiple of 16",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
+                  "decode_scores": "decode: scores again (batch*h*m, one cache row each)",
                   "spill": "attention map written beyond cache",
                   "kv": "decode: keys/values read (batch*m*2*width)",
                   "kv_spill": "keys/values beyond cache",
@@ -151,14 +161,15 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
     loop_heads = (config.batch * config.d * (rows * config.heads + projected * config.kv_heads)
                   if config.backend == "loop" else 0)
-    steps = config.mode != "decode"  # a decode step's time is its reads
-    ragged_rows = steps and not aligned(config.m, config.head_dim)
-    ragged = ragged_rows or steps and not aligned(config.n, config.d)
+    decode = config.mode == "decode"  # one query row: its time is its cache reads
+    ragged_rows = not decode and not aligned(config.m, config.head_dim)
+    ragged = ragged_rows or not decode and not aligned(config.n, config.d)
     return {"flops": float(terms.flops_model),
             "train_flops": float(terms.flops_model) if config.mode == "train" else 0.0,
             "unaligned_flops": float(terms.flops_model) if ragged else 0.0,
             "map": elements,
-            "unaligned_map": elements if steps and ragged_rows else 0.0,
+            "unaligned_map": elements if ragged_rows else 0.0,
+            "decode_scores": elements if decode else 0.0,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0,
             "kv_copy": float(decode_kv_copied(config)), "weights": float(weights * factor),

@@ -124,7 +124,8 @@ def decomposition_section(ctx: Context) -> Section:
         "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own, and FLOPs and "
         "scores again where n, m, d or p is not a multiple of 16 floats) + scores (b*h*n*m) "
         "x s/score (plus an extra s/score for maps larger than a cache size fitted per "
-        "group) + a decode step's key/value elements read from its cache "
+        "group, and for a decode step's scores, each a dot product with a cache row) + a "
+        "decode step's key/value elements read from its cache "
         "(batch*m*2*width, and beyond a cache size, and again where the step copies them "
         "first: a K/V repeat, or XLA's copy of a JAX cache) x s/element + projection "
         "weights read x s/weight + the loop backend's per-head passes over activations "
@@ -184,6 +185,7 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "b*h*n*m term": SCORE_TERMS[writes],
                      "b*h*n*m (ns/score)": 1e9 * c["map"],
                      "unaligned, again (ns/score)": 1e9 * c["unaligned_map"],
+                     "decode scores, again (ns/score)": 1e9 * c["decode_scores"],
                      # bytes moved per score only means something where the map is written
                      "map bytes/score at copy bandwidth": c["map"] * bw * 1e9 if writes
                      else np.nan,
