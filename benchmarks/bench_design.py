@@ -9,11 +9,13 @@ single-valued shape parameters name the config (the suite's convention: ``param_
 are config fields plus ``threads``) and whose cells are the frameworks x backends. asv
 parameters form a product, so one class per point is what keeps the design's cells few.
 
-The budget (about 90 s of the quick grid's asv run at 1 thread; 14 points cost 160 s): 8
-points through the chapter's backends and plug-ins plus JAX blockwise, the loop backend
-only at h <= 16; torch.compile and FlexAttention compile for 2-3 s per cell and stay on
+The budget: 16 general points through the chapter's backends and plug-ins plus JAX
+blockwise, the loop backend only at h <= 16 (the second 8 cost 32 s of the quick grid's
+asv run at 1 thread, 254 s to 286 s), 16 decode points and 8 training points (27 s more:
+313 s at 5750368); torch.compile and FlexAttention compile for 2-3 s per cell and stay on
 the sweeps. No memory or kernel processes: the design is for time only. The tiny grid (CI)
-takes two small points through batched and fused; the full grid 32 points, every cell.
+takes two small points of each design through batched and fused; the full grid 32
+general points, 16 decode and 16 training ones, every cell.
 """
 
 from typing import Any
