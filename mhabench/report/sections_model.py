@@ -86,7 +86,9 @@ def decomposition_section(ctx: Context) -> Section:
         if sweep_id(key) in exercise or (not exercise and len(candidates) < 2):
             x = group["heads"].astype(float).tolist()
             labels = term_labels(term)
-            series = {labels[f]: (x, (1e3 * dec.terms[f]).tolist()) for f in FEATURES}
+            # only the terms this sweep has: a component zero at every h draws nothing
+            series = {labels[f]: (x, (1e3 * dec.terms[f]).tolist()) for f in FEATURES
+                      if dec.terms[f].any()}
             # the chapter's layout first, then kernels that keep the map in tiles
             rank = (key["backend"] != "batched", key["dtype"] != "float32",
                     term == SCORE_TERMS[True], key["framework"], key["backend"])
