@@ -151,6 +151,10 @@ def test_weights_feature_counts_the_projection_weights_each_step_reads() -> None
     assert feature_values(mha.replace(batch=1, m=9))["weights"] == 4 * 256 * 256
     train = AttentionConfig(mode="train")
     assert feature_values(train)["weights"] == 3 * feature_values(AttentionConfig())["weights"]
+    # and writes their gradients once: a term of its own, 0 for the other modes
+    assert feature_values(train)["weight_grads"] == feature_values(AttentionConfig())["weights"]
+    assert feature_values(AttentionConfig())["weight_grads"] == feature_values(mha)[
+        "weight_grads"] == 0
 
 
 def test_loop_heads_counts_the_loop_backends_per_head_passes_over_activations() -> None:

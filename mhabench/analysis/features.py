@@ -72,6 +72,14 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   decode points and four validate samples (96 configs, seeds 200-203, 2026-12-03):
   decode's median error 44 % -> 33 % in leave-out and 42 % -> 38 % off the grid; all modes
   20 % -> 21 % and 17 % -> 18 %, unchanged within the samples' scatter.
+- ``weight_grads``: the weight gradients a training step writes, the ``weights`` count
+  once (0 for the other modes): the backward's traffic over the d x d matrices is not the
+  forward's twice over. Counted only as 3x the forward's weights, training steps' median
+  factor error off the grid was 11.6 %; with it 10.4 %, all modes' 11.7 % -> 10.9 %, the 90th
+  percentile 35 % -> 34 %, leave-out 11.0 % -> 10.5 % (1056 validate configs of seeds
+  200-265, 301-303 and 401-409 re-predicted, 2026-12-04). A per-head term for training
+  steps alone did as well (10.0 %, and 10.8 % for all modes) but left its worst config 3x
+  off against 2.8x.
 - ``loop_heads``: the loop backend's per-head passes over full-width activations,
   ``batch * d * (rows * h + projected * h_kv)``: each query head projects the (b, rows, d)
   queries through its own W_q slice and adds its (b, rows, d) share of the output into the
@@ -110,8 +118,8 @@ from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
 FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "decode_scores",
-            "spill", "kv", "kv_spill", "kv_copy", "weights", "loop_heads", "heads", "const",
-            "projects_kv")
+            "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads", "loop_heads",
+            "heads", "const", "projects_kv")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "unaligned_flops": "FLOPs again where n, m, d or p is not a multiple of 16",
@@ -123,6 +131,7 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "kv_spill": "keys/values beyond cache",
                   "kv_copy": "decode: keys/values copied before the read",
                   "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
+                  "weight_grads": "training: weight gradients written (2d^2 + 2d*h_kv*p)",
                   "loop_heads": "loop: per-head passes over activations (b*d*(n*h + m*h_kv))",
                   "heads": "per-head fixed cost",
                   "const": "fixed per call (train: 3x)",
@@ -173,6 +182,7 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": kv if kv_spills else 0.0,
             "kv_copy": float(decode_kv_copied(config)), "weights": float(weights * factor),
+            "weight_grads": float(weights) if config.mode == "train" else 0.0,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
             "projects_kv": float(factor) if projected else 0.0}
