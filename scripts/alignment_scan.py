@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from mhabench.analysis.results import load_results
-from mhabench.analysis.timemodel import fit_models
+from mhabench.analysis.timemodel import fit_models, select_model
 from mhabench.core.config import AttentionConfig
 from mhabench.measure.interleaved import measure_interleaved
 from mhabench.measure.timing import configure_process
@@ -54,15 +54,13 @@ def main() -> None:
     configure_process(1)
     frame = load_results(args.results).frame
     models = fit_models(frame)
-    machines = sorted({k[0] for k in models})
-    machine = args.machine or machines[0]
     rng = np.random.default_rng(args.seed)
     pairs = [twins(rng, fw, be) for fw, be in BACKENDS for _ in range(args.pairs)]
     measured = measure_interleaved([c for pair in pairs for c in pair], rounds=args.rounds,
                                    repeats=2, warmup=1, threads=1)
     ratios = defaultdict(list)
     for aligned, ragged in pairs:
-        model = models[(machine, aligned.framework, aligned.backend, "cpu", "float32")]
+        model = select_model(models, aligned, args.machine)
         plain = replace(model, coef={**model.coef, "unaligned_flops": 0.0,
                                      "unaligned_map": 0.0})
         ratio = [measured[c].median_s / plain.predict(c) for c in (aligned, ragged)]

@@ -2,8 +2,8 @@
 
 Every count comes from :func:`mhabench.core.cost.cost` (one source of FLOPs and bytes);
 here they are only arranged into the columns a fit needs. Per config (whole batch, one
-step of its mode; a training step multiplies the map, weight and head terms by the cost
-model's ``TRAIN_FACTOR`` as it does the FLOPs):
+step of its mode; a training step multiplies the map, weight, head and per-call terms by
+the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
 
 - ``flops``: the chapter's count (projections + scores + mixing) at one matmul rate. (A
   second rate for the score and mixing FLOPs alone was tried and dropped: its fitted
@@ -101,8 +101,7 @@ model's ``TRAIN_FACTOR`` as it does the FLOPs):
   1.13x their prediction and cross decode steps 0.92x; with it (and ``kv_copy``) decode's
   median factor error off the grid went 20.2 % -> 15.7 %, all modes' 15.2 % -> 13.4 %,
   the worst config 3.8x -> 2.9x off, and the leave-out median 16.6 % -> 13.2 % (the same
-  840 configs). Where no
-  cell is a cross decode step it equals ``const`` and is not fitted
+  840 configs). Where no cell is a cross decode step it equals ``const`` and is not fitted
   (:func:`mhabench.analysis.timemodel.fit_cells`).
 """
 

@@ -126,11 +126,15 @@ def _shrink(fields: dict[str, Any], max_gflop: float) -> dict[str, Any]:
     return fields
 
 
-def design_points(size: int, seed: int = SEED) -> np.ndarray:
-    """The first ``size`` points of the scrambled Sobol sequence in [0, 1)^len(AXES)."""
+def _check_power_of_two(size: int) -> None:
     if size < 1 or size & (size - 1):
         raise ValueError(f"size={size} is not allowed; it must be a power of two (a Sobol "
                          "prefix is balanced only at powers of two)")
+
+
+def design_points(size: int, seed: int = SEED) -> np.ndarray:
+    """The first ``size`` points of the scrambled Sobol sequence in [0, 1)^len(AXES)."""
+    _check_power_of_two(size)
     if seed == SEED and size <= len(design_sobol.POINTS):
         # The grids' designs: scipy's points, stored (asv imports this in every process)
         return np.array(design_sobol.POINTS[:size])
@@ -148,7 +152,7 @@ def calibration_design(size: int, seed: int = SEED, box: Box = QUICK_BOX,
     ``size``): the points from there instead (a block of ``size`` that starts at a multiple
     of it is itself one point in each 1/size of every axis), so a second design does not
     repeat the first one's shapes."""
-    design_points(size, seed)  # size: a power of two, or a clear error
+    _check_power_of_two(size)
     if start % size:
         raise ValueError(f"start={start} is not allowed; it must be a multiple of size={size} "
                          "(only such blocks of a Sobol sequence are balanced)")
