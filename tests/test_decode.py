@@ -171,26 +171,30 @@ def test_torch_cache_refuses_to_overflow():
 
 
 @pytest.mark.parametrize("backend", ["batched", "fused", "loop", "blockwise"])
-def test_jax_self_decode_copies_its_cache_where_the_time_model_counts_a_copy(backend):
-    """The time model's ``kv_copy`` term (:func:`decode_kv_copied`) says which JAX self
-    decode steps copy the cache they write into before reading it; the compiled HLO must
-    hold a cache-sized copy exactly there (the repeat of batched GQA is a broadcast, not
-    counted here)."""
+def test_jax_decode_copies_its_cache_where_the_time_model_counts_a_copy(backend):
+    """The time model's ``kv_copy`` term (:func:`decode_kv_copied`) says which JAX decode
+    steps copy their cache before reading it; the compiled HLO must hold a cache-sized copy
+    (or transpose) exactly there: self decode steps copy the cache they write into, and the
+    fused step transposes a single K/V head whether it wrote it or not (the repeat of
+    batched GQA is a broadcast, not counted here)."""
     import re
 
     from mhabench.analysis.features import REPEATS_KV, decode_kv_copied
     from mhabench.layers.jax.steps import make_step
 
-    for kv_heads in (4, 2, 1):
-        config = AttentionConfig(framework="jax", backend=backend, mode="decode", batch=2, n=1,
-                                 m=300, d=64, heads=4, kv_heads=kv_heads)
-        hlo = make_step(config).compiled.as_text()
-        cache = re.escape(f"f32[2,{kv_heads},301,16]")
-        copies = len(re.findall(cache + r"\{[0-9,]*\} copy\(", hlo))
-        repeats = backend in REPEATS_KV and kv_heads < 4
-        counted = decode_kv_copied(config) > 0 and not repeats
-        assert (copies > 0) == counted, (backend, kv_heads, copies)
-        if repeats:
-            assert decode_kv_copied(config) > 0
-            wide = re.escape(f"f32[2,{kv_heads},{4 // kv_heads},301,16]")  # (b, h_kv, g, m, p)
-            assert re.search(wide + r"\{[0-9,]*\} broadcast\(", hlo), (backend, kv_heads)
+    for cross in (False, True):
+        rows = 300 if cross else 301  # a self step's cache holds the new token too
+        for kv_heads in (4, 2, 1):
+            config = AttentionConfig(framework="jax", backend=backend, mode="decode", batch=2,
+                                     n=1, m=300, d=64, heads=4, kv_heads=kv_heads, cross=cross)
+            hlo = make_step(config).compiled.as_text()
+            cache = "|".join(re.escape(f"f32[2,{kv_heads},{a},{b}]")
+                             for a, b in ((rows, 16), (16, rows)))  # (m, p) or transposed
+            copies = len(re.findall(rf"(?:{cache})\{{[0-9,]*\}} (?:copy|transpose)\(", hlo))
+            repeats = backend in REPEATS_KV and kv_heads < 4
+            counted = decode_kv_copied(config) > 0 and not repeats
+            assert (copies > 0) == counted, (backend, cross, kv_heads, copies)
+            if repeats:
+                assert decode_kv_copied(config) > 0
+                wide = re.escape(f"f32[2,{kv_heads},{4 // kv_heads},{rows},16]")  # b,h_kv,g,m,p
+                assert re.search(wide + r"\{[0-9,]*\} broadcast\(", hlo), (backend, kv_heads)

@@ -210,14 +210,18 @@ def test_kv_copy_counts_the_keys_and_values_a_decode_step_copies() -> None:
     for backend in ("loop", "fused"):
         assert feature_values(dec.replace(backend=backend, kv_heads=1))["kv_copy"] == 0
     # JAX self decode: XLA copies the cache of batched (MHA too) and blockwise, of loop
-    # for one K/V head; never in a cross step or the fused kernel, nor outside decode
+    # for one K/V head; JAX fused transposes a single K/V head, self and cross; nothing
+    # else copies in a cross step, nor outside decode
     jax = dec.replace(framework="jax", kv_heads=16)
     for backend, kv_heads, copies in (("batched", 16, True), ("blockwise", 16, True),
                                       ("blockwise", 4, True), ("loop", 1, True),
-                                      ("loop", 4, False), ("fused", 1, False)):
-        config = jax.replace(backend=backend, kv_heads=kv_heads)
-        assert feature_values(config)["kv_copy"] == (feature_values(config)["kv"]
-                                                     if copies else 0), (backend, kv_heads)
+                                      ("loop", 4, False), ("fused", 1, True),
+                                      ("fused", 4, False)):
+        for cross in (False, True):
+            config = jax.replace(backend=backend, kv_heads=kv_heads, cross=cross)
+            copied = copies and (not cross or backend == "fused")
+            assert feature_values(config)["kv_copy"] == (feature_values(config)["kv"]
+                                                         if copied else 0), (backend, kv_heads)
     assert feature_values(jax.replace(cross=True))["kv_copy"] == 0
     assert feature_values(jax.replace(cross=True, kv_heads=4))["kv_copy"] > 0  # the repeat
     assert feature_values(AttentionConfig(framework="jax", kv_heads=2))["kv_copy"] == 0

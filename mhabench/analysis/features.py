@@ -64,7 +64,12 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   only for one K/V head, the fused step's none (a self decode step at b 1-4, m 300-1023,
   d 96-384). One rate for every K/V read left JAX batched self decode steps a median 2x
   their prediction and its cross decode steps (no copy) 0.4x (840 validate configs of
-  seeds 200-265 and 301-303, re-predicted, 2026-12-04).
+  seeds 200-265 and 301-303, re-predicted, 2026-12-04). The fused step with a single K/V
+  head transposes and copies it, self and cross alike (HLO at b 1-3, m 200-3011, h 1-16):
+  uncounted, those steps ran a median 1.5x their prediction (JAX fused decode median factor
+  error 50 %, 13 configs); counted, 11 %, the backend's other decode steps 20 % -> 15 %
+  and all decode steps 15.4 % -> 13.8 % (1344 validate configs of seeds 200-265 and 301-606
+  re-predicted, 2026-12-04).
 - ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
   where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
   a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
@@ -212,10 +217,13 @@ def decode_kv_copied(config: AttentionConfig) -> int:
     """Key/value elements a decode step copies before its attention reads them: all it reads
     (:func:`decode_kv_elements`) where its backend repeats K/V to h_kv < h query heads, or
     where XLA copies the cache a JAX self decode step updates (:data:`XLA_COPIES_CACHE`,
-    and the loop backend's single K/V head); 0 otherwise."""
+    and the loop backend's single K/V head), or transposes the single K/V head a JAX fused
+    step reads (self or cross); 0 otherwise."""
     repeats = config.backend in REPEATS_KV and config.kv_heads < config.heads
-    xla = config.framework == "jax" and not config.cross and (
-        config.backend in XLA_COPIES_CACHE or config.backend == "loop" and config.kv_heads == 1)
+    xla = config.framework == "jax" and (
+        not config.cross and (config.backend in XLA_COPIES_CACHE
+                              or config.backend == "loop" and config.kv_heads == 1)
+        or config.backend == "fused" and config.kv_heads == 1)
     return decode_kv_elements(config) if repeats or xla else 0
 
 
