@@ -13,11 +13,19 @@
 The framework layers have no cached-key/value step, so there is no ``reference`` here.
 """
 
-from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
+from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, GRID, THREADS, AttentionBenchmark, grid
 
-# The loop backend's decode is a Python loop over heads: full grid only.
+# The loop backend's decode is a Python loop over heads: full grid only, but for the KV
+# cache's time cells on the quick grid (below).
 DECODE_BACKENDS = grid(tiny=["loop", "batched", "fused"], quick=["batched", "fused"],
                        full=["loop", "batched", "fused"])
+# The quick grid times the loop backend's cached decode too (time only, 12 cells, about
+# 40 s): the calibration design keeps it at h <= 16, where its caches are at most 6 MiB, so
+# no cell told the time model what a loop decode step over a cache beyond the CPU's caches
+# costs (it slices each query head's keys and values out of the cache; JAX loop steps over
+# 8-45 MB caches ran 1.6-2.9x their prediction off the grid).
+KV_DECODE_BACKENDS = grid(tiny=DECODE_BACKENDS, quick=["loop", "batched", "fused"],
+                          full=DECODE_BACKENDS)
 BATCH = [grid(tiny=2, quick=4, full=8)]
 D = [grid(tiny=32, quick=256, full=1024)]
 HEADS = grid(tiny=4, quick=16, full=16)
@@ -32,8 +40,9 @@ PREFIX = grid(tiny=[16], quick=[512], full=[128, 1024, 4096])
 class KVCacheDecode(AttentionBenchmark):
     param_names = ["framework", "backend", "mode", "batch", "n", "m", "d", "heads",
                    "kv_heads", "device", "dtype", "threads"]
-    params = [FRAMEWORKS, DECODE_BACKENDS, ["decode"], BATCH, [1], SOURCE, D, [HEADS],
+    params = [FRAMEWORKS, KV_DECODE_BACKENDS, ["decode"], BATCH, [1], SOURCE, D, [HEADS],
               KV_HEADS, DEVICE_PARAMS, DTYPES, [THREADS]]
+    keep_memory = staticmethod(lambda c: GRID != "quick" or c.backend != "loop")
 
 
 class PrefixDecode(AttentionBenchmark):
