@@ -173,13 +173,13 @@ def test_torch_cache_refuses_to_overflow():
 @pytest.mark.parametrize("backend", ["batched", "fused", "loop", "blockwise"])
 def test_jax_decode_copies_its_cache_where_the_time_model_counts_a_copy(backend):
     """The time model's ``kv_copy`` term (:func:`decode_kv_copied`) says which JAX decode
-    steps copy their cache before reading it; the compiled HLO must hold a cache-sized copy
-    (or transpose) exactly there: self decode steps copy the cache they write into, and the
-    fused step transposes a single K/V head whether it wrote it or not (the repeat of
-    batched GQA is a broadcast, not counted here)."""
+    steps copy their cache before reading it, and how often; the compiled HLO must hold as
+    many cache-sized copies (or transposes) of K and V: self decode steps copy the cache
+    they write into, and the fused step transposes a single K/V head whether it wrote it or
+    not (the repeat of batched GQA is a broadcast, checked apart)."""
     import re
 
-    from mhabench.analysis.features import REPEATS_KV, decode_kv_copied
+    from mhabench.analysis.features import REPEATS_KV, decode_kv_copied, decode_kv_elements
     from mhabench.layers.jax.steps import make_step
 
     for cross in (False, True):
@@ -192,8 +192,8 @@ def test_jax_decode_copies_its_cache_where_the_time_model_counts_a_copy(backend)
                              for a, b in ((rows, 16), (16, rows)))  # (m, p) or transposed
             copies = len(re.findall(rf"(?:{cache})\{{[0-9,]*\}} (?:copy|transpose)\(", hlo))
             repeats = backend in REPEATS_KV and kv_heads < 4
-            counted = decode_kv_copied(config) > 0 and not repeats
-            assert (copies > 0) == counted, (backend, cross, kv_heads, copies)
+            counted = 0 if repeats else decode_kv_copied(config) // decode_kv_elements(config)
+            assert copies == 2 * counted, (backend, cross, kv_heads, copies)  # K and V
             if repeats:
                 assert decode_kv_copied(config) > 0
                 wide = re.escape(f"f32[2,{kv_heads},{4 // kv_heads},{rows},16]")  # b,h_kv,g,m,p

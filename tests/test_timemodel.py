@@ -209,19 +209,21 @@ def test_kv_copy_counts_the_keys_and_values_a_decode_step_copies() -> None:
     assert feature_values(dec.replace(kv_heads=16))["kv_copy"] == 0
     for backend in ("loop", "fused"):
         assert feature_values(dec.replace(backend=backend, kv_heads=1))["kv_copy"] == 0
-    # JAX self decode: XLA copies the cache of batched (MHA too) and blockwise, of loop
-    # for one K/V head; JAX fused transposes a single K/V head, self and cross; nothing
-    # else copies in a cross step, nor outside decode
+    # JAX self decode: XLA copies the cache of batched at h_kv = h 4 times, of blockwise
+    # twice, of loop 4 times for one K/V head; JAX fused transposes and copies a single K/V
+    # head, self and cross; batched GQA writes its repeat once; nothing else copies in a
+    # cross step, nor outside decode
     jax = dec.replace(framework="jax", kv_heads=16)
-    for backend, kv_heads, copies in (("batched", 16, True), ("blockwise", 16, True),
-                                      ("blockwise", 4, True), ("loop", 1, True),
-                                      ("loop", 4, False), ("fused", 1, True),
-                                      ("fused", 4, False)):
+    for backend, kv_heads, copies in (("batched", 16, 4), ("batched", 4, 1),
+                                      ("blockwise", 16, 2), ("blockwise", 4, 2),
+                                      ("loop", 1, 4), ("loop", 4, 0), ("fused", 1, 2),
+                                      ("fused", 4, 0)):
         for cross in (False, True):
             config = jax.replace(backend=backend, kv_heads=kv_heads, cross=cross)
-            copied = copies and (not cross or backend == "fused")
-            assert feature_values(config)["kv_copy"] == (feature_values(config)["kv"]
-                                                         if copied else 0), (backend, kv_heads)
+            copied = copies if not cross or backend == "fused" or kv_heads < 16 and (
+                backend == "batched") else 0
+            assert feature_values(config)["kv_copy"] == copied * feature_values(config)["kv"], (
+                backend, kv_heads, cross)
     assert feature_values(jax.replace(cross=True))["kv_copy"] == 0
     assert feature_values(jax.replace(cross=True, kv_heads=4))["kv_copy"] > 0  # the repeat
     assert feature_values(AttentionConfig(framework="jax", kv_heads=2))["kv_copy"] == 0

@@ -69,7 +69,13 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   uncounted, those steps ran a median 1.5x their prediction (JAX fused decode median factor
   error 50 %, 13 configs); counted, 11 %, the backend's other decode steps 20 % -> 15 %
   and all decode steps 15.4 % -> 13.8 % (1344 validate configs of seeds 200-265 and 301-606
-  re-predicted, 2026-12-04).
+  re-predicted, 2026-12-04). Each copy counts: the batched step copies a cache 4 times,
+  the blockwise step twice, while the batched GQA step only writes its repeat once
+  (:data:`XLA_SELF_CACHE_COPIES`). Counted once each, JAX batched self decode steps with
+  h_kv = h ran a median 1.36x their prediction off the grid and its GQA steps 0.87x (in
+  the grid's fit, 1.97x and 0.74x at m = 4096); counted as the HLO copies, 1.07x and 1.06x
+  (median factor error 36 % -> 10 %; all decode steps 12.9 % -> 12.5 %, leave-out 10.6 %
+  -> 10.0 %; the same 1344 configs).
 - ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
   where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
   a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
@@ -145,10 +151,14 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
 # h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
 # kernels take grouped K/V directly: they read the h_kv-wide tensors.
 REPEATS_KV = frozenset({"batched"})
-# JAX backends whose compiled self decode step copies the (donated) cache it writes the new
-# token into before the attention reads it (see ``kv_copy`` above); the loop backend's does
-# for a single K/V head only.
-XLA_COPIES_CACHE = frozenset({"batched", "blockwise"})
+# How many times a compiled JAX decode step copies each of its K and V caches per call (the
+# cache-sized copy and transpose ops of its HLO; see ``kv_copy`` above and the HLO test in
+# tests/test_decode.py): a self step copies the (donated) cache it writes the new token
+# into, 4 times in the batched step with h_kv = h (its GQA step repeats instead and does
+# not copy) and twice in the blockwise step; with a single K/V head the loop step copies
+# it 4 times (self steps) and the fused step transposes and copies it (self and cross).
+XLA_SELF_CACHE_COPIES = {"batched": 4, "blockwise": 2}
+XLA_ONE_HEAD_COPIES = {("loop", False): 4, ("fused", False): 2, ("fused", True): 2}
 # Lengths and widths that are multiples of this many floats run the kernels' fast paths
 # (one AVX-512 vector of float32, one 64-byte cache line); see ``unaligned_flops`` above.
 ALIGN = 16
@@ -215,16 +225,18 @@ def decode_kv_elements(config: AttentionConfig) -> int:
 
 def decode_kv_copied(config: AttentionConfig) -> int:
     """Key/value elements a decode step copies before its attention reads them: all it reads
-    (:func:`decode_kv_elements`) where its backend repeats K/V to h_kv < h query heads, or
-    where XLA copies the cache a JAX self decode step updates (:data:`XLA_COPIES_CACHE`,
-    and the loop backend's single K/V head), or transposes the single K/V head a JAX fused
-    step reads (self or cross); 0 otherwise."""
-    repeats = config.backend in REPEATS_KV and config.kv_heads < config.heads
-    xla = config.framework == "jax" and (
-        not config.cross and (config.backend in XLA_COPIES_CACHE
-                              or config.backend == "loop" and config.kv_heads == 1)
-        or config.backend == "fused" and config.kv_heads == 1)
-    return decode_kv_elements(config) if repeats or xla else 0
+    (:func:`decode_kv_elements`), once where its backend repeats K/V to h_kv < h query
+    heads (:data:`REPEATS_KV`), and as many times as a JAX step's compiled program copies
+    its cache (:data:`XLA_SELF_CACHE_COPIES`, :data:`XLA_ONE_HEAD_COPIES`); 0 otherwise."""
+    if config.backend in REPEATS_KV and config.kv_heads < config.heads:
+        return decode_kv_elements(config)
+    if config.framework != "jax":
+        return 0
+    copies = XLA_ONE_HEAD_COPIES.get((config.backend, config.cross), 0) if (
+        config.kv_heads == 1) else 0
+    if not config.cross:
+        copies = max(copies, XLA_SELF_CACHE_COPIES.get(config.backend, 0))
+    return copies * decode_kv_elements(config)
 
 
 def decode_kv_bytes(config: AttentionConfig) -> int:
