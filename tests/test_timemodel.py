@@ -451,3 +451,20 @@ def test_predict_marks_every_extrapolation(tmp_path: Path,
                  "--heads", "3"]) == 0
     captured = capsys.readouterr()
     assert "EXTRAPOLATED" not in captured.out and "extrapolation" not in captured.err
+
+
+def test_the_jax_blockwise_backend_scores_its_padded_key_tiles() -> None:
+    from mhabench.analysis.features import scored_keys
+    from mhabench.core.backends import KEY_BLOCK
+
+    fwd = AttentionConfig(framework="jax", backend="blockwise", n=100, m=KEY_BLOCK + 1,
+                          cross=True)
+    assert scored_keys(fwd) == 2 * KEY_BLOCK  # a second tile, mostly padding
+    assert feature_values(fwd)["map"] == feature_values(fwd.replace(m=2 * KEY_BLOCK))["map"]
+    assert scored_keys(fwd.replace(m=KEY_BLOCK - 5)) == KEY_BLOCK - 5  # one shorter tile
+    assert scored_keys(fwd.replace(framework="torch", backend="batched")) == KEY_BLOCK + 1
+    assert scored_keys(fwd.replace(backend="fused")) == KEY_BLOCK + 1
+    # a self decode step's cache holds m + 1 keys
+    dec = fwd.replace(mode="decode", n=1, m=2 * KEY_BLOCK, cross=False)
+    assert scored_keys(dec) == 3 * KEY_BLOCK
+    assert feature_values(dec)["decode_scores"] == dec.batch * dec.heads * 3 * KEY_BLOCK

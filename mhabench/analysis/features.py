@@ -33,7 +33,15 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   softmax), which every kernel does, and the narrow-head penalty: a matmul over a
   contraction of width p runs at an efficiency about p / (p + p0), so its time is
   FLOPs / peak * (1 + p0 / p), and the extra part, score FLOPs / p = 4 * b*h*n*m, is this
-  column.
+  column. The JAX blockwise backend scores whole tiles of 64 keys, padding included
+  (:func:`scored_keys`): counted by m alone, its forward steps' median factor error off the
+  grid was 10.3 % and its training steps' 12.7 % (90th percentiles 26 %), the error falling
+  with m (Spearman -0.70 for forward steps: short m pay for padding the count left out);
+  counted padded, forward steps 8.5 % (90th percentile 20 %) and decode steps 10.3 % ->
+  9.7 %, but training steps 14.0 % (31 %): most of those had m = 26-30 keys, one tile
+  that is not padded, and ran 1.1-1.3x their prediction either way (a per-tile cost the
+  grid's cells left at 0 when offered); all modes' 10.8 % -> 10.7 % (1344 validate configs
+  of seeds 200-265 and 301-606 re-predicted, 2026-12-04).
 - ``decode_scores``: a decode step's scores (``batch * h * m``) again: each is a p-long dot
   product with a cache row read once, a matrix-vector product per head, where a forward
   step's scores reuse their operands in matrix-matrix products (0 for the other modes).
@@ -124,6 +132,7 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.results import config_from_row
+from mhabench.core.backends import KEY_BLOCK
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
@@ -172,12 +181,12 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     when ``cache_bytes`` is None, no K/V spill term when ``kv_cache_bytes`` is None."""
     terms = cost(config)
     factor = TRAIN_FACTOR if config.mode == "train" else 1
-    elements = float(terms.attention_map_elements * factor)
+    # rows: query rows; keys: key positions; projected: key/value rows projected, 0 for a
+    # cross decode step (its source is cached)
+    rows, keys, projected = step_lengths(config)
+    elements = float(terms.attention_map_elements * factor * scored_keys(config) / keys)
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
-    # rows: query rows; projected: key/value rows projected, 0 for a cross decode step
-    # (its source is cached)
-    rows, _, projected = step_lengths(config)
     kv = float(decode_kv_elements(config))
     kv_spills = kv_cache_bytes is not None and decode_kv_bytes(config) > kv_cache_bytes
     # W_q and W_o always; W_k and W_v where the step projects keys/values
@@ -200,6 +209,18 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
             "projects_kv": float(factor) if projected else 0.0}
+
+
+def scored_keys(config: AttentionConfig) -> int:
+    """Keys each query row of a step scores: its key positions
+    (:func:`~mhabench.core.cost.step_lengths`), padded to whole tiles of
+    :data:`~mhabench.core.backends.KEY_BLOCK` keys (fewer where there are fewer keys) by the
+    JAX blockwise backend, which scores the padding too."""
+    keys = step_lengths(config)[1]
+    if config.framework != "jax" or config.backend != "blockwise":
+        return keys
+    block = min(KEY_BLOCK, keys)
+    return -(-keys // block) * block
 
 
 def aligned(*sizes: int) -> bool:

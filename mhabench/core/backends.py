@@ -215,7 +215,9 @@ register(Backend("flex", "torch", impl="flex", modes=("forward", "decode", "pref
                  summary="FlexAttention under torch.compile: block mask from valid_lens, "
                  "enable_gqa (recompiles are errors)"))
 # Online softmax over key blocks (mhabench.layers.jax.blockwise), run inside the batched
-# layer the way a plug-in's attention function is.
+# layer the way a plug-in's attention function is. Its tiles hold KEY_BLOCK keys (fewer
+# when m is shorter), and it pads the keys to whole tiles, so it scores the padding too.
+KEY_BLOCK = 64
 register(Backend("blockwise", "jax", impl="blockwise", gqa=True, dropout=False,
                  materialises=False,
                  summary="online softmax over key blocks (lax.scan), never the whole map"))
