@@ -19,8 +19,9 @@ from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, GRID, THREADS, AttentionB
 # cache's time cells on the quick grid (below).
 DECODE_BACKENDS = grid(tiny=["loop", "batched", "fused"], quick=["batched", "fused"],
                        full=["loop", "batched", "fused"])
-# The quick grid times the loop backend's cached decode too (time only, 12 cells, about
-# 40 s): the calibration design keeps it at h <= 16, where its caches are at most 6 MiB, so
+# The quick grid times the loop backend's cached decode too (time only, 12 cells; its
+# `asv run` took 313 s with them, 305 s the run before without): the calibration design
+# keeps the loop backend at h <= 16, where its caches are at most 6 MiB, so
 # no cell told the time model what a loop decode step over a cache beyond the CPU's caches
 # costs (it slices each query head's keys and values out of the cache; JAX loop steps over
 # 7-34 MB caches ran 1.6-3.1x their prediction off the grid; with these cells, JAX loop

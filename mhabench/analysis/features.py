@@ -64,7 +64,7 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   cache, or the h-wide copy a repeating backend makes), are larger than a cache size (they
   stay in a CPU cache between calls only while they fit).
 - ``kv_copy``: key/value elements a decode step copies before its attention reads them
-  (the ``kv`` count again, for the steps that copy; 0 for the rest), as the compiled
+  (the ``kv`` count once per copy, for the steps that copy; 0 for the rest), as the compiled
   steps show: a backend that repeats K/V (:data:`REPEATS_KV`) writes the h-wide copy
   whenever h_kv < h, and in a JAX self decode step XLA copies the donated cache it writes
   the new token into (:func:`decode_kv_copied`): the HLO of the batched step with
