@@ -48,12 +48,13 @@ DESIGN_BACKENDS = grid(tiny=["batched", "fused"],
 POINTS = calibration_design(grid(tiny=2, quick=16, full=32),
                             box=grid(tiny=TINY_BOX, quick=QUICK_BOX, full=QUICK_BOX))
 # Decode steps alone (``DecodeNN``), half of them cross-attention over a cached source, from
-# the Sobol points after the general design's: sub-millisecond steps, about 4-5 s of the
-# quick grid a point. 16 on the quick grid too (the full grid's points): with 8, two had
-# d > 400, and the time of a wide decode step (its 4 d^2 projection weights read each call)
-# was a guess the fit made from them.
+# Sobol points no other design of the grid uses (a general point of decode mode at the same
+# point is the same config: the full grid's 32 general points and decode points from 16
+# timed 4 configs twice): sub-millisecond steps, about 4-5 s of the quick grid a point. 16
+# on the quick grid too: with 8, two had d > 400, and the time of a wide decode step (its
+# 4 d^2 projection weights read each call) was a guess the fit made from them.
 DECODE_POINTS = calibration_design(grid(tiny=2, quick=16, full=16), start=grid(
-    tiny=2, quick=16, full=16), box=grid(tiny=TINY_DECODE_BOX, quick=DECODE_BOX,
+    tiny=2, quick=16, full=48), box=grid(tiny=TINY_DECODE_BOX, quick=DECODE_BOX,
                                          full=DECODE_BOX))
 # Training steps alone (``TrainNN``), from the Sobol points after the first 32: a group's
 # training FLOP rate is a coefficient of its own, and the general design gives it two to

@@ -148,7 +148,7 @@ def test_design_classes_name_the_config_they_time() -> None:
         tiny = grid == "tiny"
         points = calibration_design(size, box=TINY_BOX if tiny else QUICK_BOX)
         decode_points = calibration_design(decode, box=TINY_DECODE_BOX if tiny else DECODE_BOX,
-                                           start=decode)
+                                           start=48 if grid == "full" else decode)
         train_points = calibration_design(train, box=TINY_TRAIN_BOX if tiny else TRAIN_BOX,
                                           start=4 if tiny else 32)
         assert [c[0] for c in classes] == [f"Design{i:02d}" for i in range(size)] + [
@@ -156,6 +156,10 @@ def test_design_classes_name_the_config_they_time() -> None:
         assert {p["mode"] for p in decode_points} == {"decode"}
         assert {p["cross"] for p in decode_points} == {True, False}  # cached KV, cached source
         assert {p["mode"] for p in train_points} == {"train"}
+        # no config is timed by two design classes (a general point of decode or training
+        # mode at another design's Sobol point would be that point)
+        shapes = [tuple(sorted(p.items())) for p in points + decode_points + train_points]
+        assert len(set(shapes)) == len(shapes), grid
         for (_, names, config, backends, tracks), point in zip(
                 classes, points + decode_points + train_points, strict=True):
             assert names[-1] == "threads" and "threads" not in config
