@@ -63,27 +63,27 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
 - ``kv_spill``: the same for decode steps whose K/V, as the backend reads them (the
   cache, or the h-wide copy a repeating backend makes), are larger than a cache size (they
   stay in a CPU cache between calls only while they fit).
-- ``kv_copy``: key/value elements a decode step copies before its attention reads them
-  (the ``kv`` count once per copy, for the steps that copy; 0 for the rest), as the compiled
+- ``kv_copy``: key/value elements a decode step copies before its attention reads them (the
+  ``kv`` count once per copy, for the steps that copy; 0 for the rest), as the compiled
   steps show: a backend that repeats K/V (:data:`REPEATS_KV`) writes the h-wide copy
   whenever h_kv < h, and in a JAX self decode step XLA copies the donated cache it writes
-  the new token into (:func:`decode_kv_copied`): the HLO of the batched step with
-  h_kv = h and of the blockwise step holds cache-sized ``copy`` ops, the loop step's
-  only for one K/V head, the fused step's none (a self decode step at b 1-4, m 300-1023,
-  d 96-384). One rate for every K/V read left JAX batched self decode steps a median 2x
-  their prediction and its cross decode steps (no copy) 0.4x (840 validate configs of
-  seeds 200-265 and 301-303, re-predicted, 2026-12-04). The fused step with a single K/V
+  the new token into (:func:`decode_kv_copied`): the HLO of the batched step with h_kv = h
+  and of the blockwise step holds cache-sized ``copy`` ops, the loop step's only for one K/V
+  head, the fused step's none with several K/V heads (a self decode step at b 1-4, m
+  300-1023, d 96-384). One rate for every K/V read left JAX batched self decode steps a
+  median 2x their prediction and its cross decode steps (no copy) 0.4x (840 validate configs
+  of seeds 200-265 and 301-303, re-predicted, 2026-12-04). The fused step with a single K/V
   head transposes and copies it, self and cross alike (HLO at b 1-3, m 200-3011, h 1-16):
   uncounted, those steps ran a median 1.5x their prediction (JAX fused decode median factor
-  error 50 %, 13 configs); counted, 11 %, the backend's other decode steps 20 % -> 15 %
-  and all decode steps 15.4 % -> 13.8 % (1344 validate configs of seeds 200-265 and 301-606
-  re-predicted, 2026-12-04). Each copy counts: the batched step copies a cache 4 times,
-  the blockwise step twice, while the batched GQA step only writes its repeat once
+  error 50 %, 13 configs); counted, 11 %, the backend's other decode steps 20 % -> 15 % and
+  all decode steps 15.4 % -> 13.8 % (1344 validate configs of seeds 200-265 and 301-606
+  re-predicted, 2026-12-04). Each copy counts: the batched step copies a cache 4 times, the
+  blockwise step twice, while the batched GQA step only writes its repeat once
   (:data:`XLA_SELF_CACHE_COPIES`). Counted once each, JAX batched self decode steps with
-  h_kv = h ran a median 1.36x their prediction off the grid and its GQA steps 0.87x (in
-  the grid's fit, 1.97x and 0.74x at m = 4096); counted as the HLO copies, 1.07x and 1.06x
-  (median factor error 36 % -> 10 %; all decode steps 12.9 % -> 12.5 %, leave-out 10.6 %
-  -> 10.0 %; the same 1344 configs).
+  h_kv = h ran a median 1.36x their prediction off the grid and its GQA steps 0.87x (in the
+  grid's fit, 1.97x and 0.74x at m = 4096); counted as the HLO copies, 1.07x and 1.06x
+  (median factor error 36 % -> 10 %; all decode steps 12.9 % -> 12.5 %, leave-out 10.6 % ->
+  10.0 %; the same 1344 configs).
 - ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
   where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
   a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
