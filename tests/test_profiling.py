@@ -87,6 +87,9 @@ def test_labelled_regions_cover_most_of_the_step(table):
         assert labelled > 0.8, (config_id, labelled)
 
 
+# Profiled times again: under make test's three workers a torch batched step at d = 16 once
+# read 2.2 ms of projections against 1.1 ms of softmax (alone, softmax leads): phase 2.
+@pytest.mark.timing
 def test_softmax_outweighs_projections_when_softmax_heavy(table):
     for config_id, rows in table.groupby("config_id"):
         groups = [regions_of(r) for r in rows["region"]]
