@@ -31,7 +31,15 @@ from typing import Any, TypeVar
 from mhabench.core import backends
 from mhabench.core.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.core.config import DTYPES as ALL_DTYPES
-from mhabench.measure import allocator, device_time, kernels, machine_load, memory, timing
+from mhabench.measure import (
+    allocator,
+    device_time,
+    gpu_state,
+    kernels,
+    machine_load,
+    memory,
+    timing,
+)
 
 GRIDS = ("tiny", "quick", "full")
 T = TypeVar("T")
@@ -186,14 +194,45 @@ def _prepared(names: tuple[str, ...], values: tuple[Any, ...]
     return config, step
 
 
-def _settle(*params: Any) -> None:
-    """``time_step``'s own setup (asv runs it after the class's, with the cell's
-    parameters): a prepared step's heap settles once per process, before the first sample,
-    as ``timing.prepare(settle=True)`` has it for ``measure``; the memory and kernel
-    processes skip it."""
+class _Sampling:
+    """What this timing process knows between asv's calls: the cell (set by the class's
+    setup), the timed method (for its record) and, on a GPU, the watch on its state."""
+
+    config: AttentionConfig | None = None
+    method = "time_step"
+    watch: gpu_state.Watch | None = None
+    watching = False
+
+
+def _settle(*params: Any, cold: bool = True) -> None:
+    """A timing method's own setup, before every sample (asv runs it after the class's,
+    with the cell's parameters). Once per process: a prepared step's heap settles, as
+    ``timing.prepare(settle=True)`` has it for ``measure`` (the memory and kernel processes
+    skip it), the load window opens and, on a GPU, the watch on its clocks. Every sample:
+    ``timing.before_sample`` (a cold L2 on a GPU unless ``cold`` is False) and the GPU's
+    clock and throttle reasons, outside the clock."""
     while _UNSETTLED:
         allocator.warm_until_settled(_UNSETTLED.pop())
+    config = _Sampling.config
+    if config is not None and config.device == "cuda":
+        if not _Sampling.watching:
+            _Sampling.watch, _Sampling.watching = gpu_state.open_watch(), True
+        timing.before_sample(config, cold=cold)
+        if _Sampling.watch is not None:
+            _Sampling.watch.sample()
     machine_load.start()  # what other processes take from here to the last sample
+
+
+def _settle_warm(*params: Any) -> None:
+    """``time_step_warm``'s setup: as ``time_step``'s, with the L2 left warm."""
+    _Sampling.method = "time_step_warm"
+    _settle(*params, cold=False)
+
+
+def _gpu_record() -> dict[str, Any]:
+    """The ``gpu`` field of a CUDA cell's load record (n/a with the reason without NVML)."""
+    watch = _Sampling.watch
+    return {"gpu": watch.summary() if watch is not None else gpu_state.not_available()}
 
 
 class AttentionBenchmark(abc.ABC):
@@ -233,7 +272,16 @@ class AttentionBenchmark(abc.ABC):
     # cell, 36 processes), though the same calls made directly after the settle did not.
     warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
+    # Which kept cells of a class that records kernels get a track_kernel process (only
+    # library calls ever do: mhabench.measure.kernels.library_call).
+    keep_kernel: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
     records_memory = True  # False: no track_step_bytes at all (a class timed for time only)
+    # False: no track_device_seconds process (the GPU peak classes: their steps are long
+    # enough that wall time is the device's; a process per cell is budget on a lent GPU)
+    records_device_time = True
+    # A cell also timed with the L2 left warm (``time_step_warm``), beside its cold
+    # ``time_step``: the reference for what the flush costs (None: no such method).
+    warm_reference: Callable[[AttentionConfig], bool] | None = None
     # Which valid cells a class runs (the rest are skipped before any setup): the newer
     # backends take only some cells of the GQA and cross classes on the quick grid.
     keep: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
@@ -279,22 +327,30 @@ class AttentionBenchmark(abc.ABC):
             # about 0.6 s).
             if cls.records_kernel and RECORD_KERNELS:
                 cls.track_kernel = _track_kernel_method(skip_cells(
-                    names, params, lambda c: cls.keep(c) and kernels.library_call(c)))
-            if "cuda" in DEVICE_PARAMS:  # not even a skipped cell's fork on a CPU grid
+                    names, params, lambda c: cls.keep(c) and cls.keep_kernel(c)
+                    and kernels.library_call(c)))
+            if cls.warm_reference is not None:
+                cls.time_step_warm = _warm_method(skip_cells(
+                    names, params, lambda c: cls.keep(c) and cls.warm_reference(c)))
+            if "cuda" in DEVICE_PARAMS and cls.records_device_time:  # not on a CPU grid
                 cls.track_device_seconds = _track_device_method(skip_cells(
                     names, params, lambda c: cls.keep(c) and c.device == "cuda"))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)
+        _Sampling.config = self.cfg
 
     def time_step(self, *params: Any) -> None:
         self.step()
 
     def teardown(self, *params: Any) -> None:
         # After every sample (asv re-runs setup and teardown around each): the machine's
-        # load so far, only in a time process (time_step's setup opened the window).
+        # load so far, only in a time process (time_step's setup opened the window), with
+        # the GPU's state for a CUDA cell.
         module = type(self).__module__.partition(".")[2] or type(self).__module__
-        machine_load.record(f"{module}.{type(self).__name__}.time_step", params)
+        gpu = _gpu_record if self.cfg.device == "cuda" else None
+        machine_load.record(f"{module}.{type(self).__name__}.{_Sampling.method}", params,
+                            gpu)
 
     time_step.setup = _settle
 
@@ -314,6 +370,15 @@ def _track_memory_method(name: str, read: Callable[[AttentionConfig, Callable[[]
     track.unit = "bytes"
     track.skip_params = skip
     return track
+
+
+def _warm_method(skip: list[tuple[Any, ...]]) -> Callable[..., None]:
+    def time_step_warm(self: AttentionBenchmark, *params: Any) -> None:
+        self.step()
+
+    time_step_warm.setup = _settle_warm
+    time_step_warm.skip_params = skip
+    return time_step_warm
 
 
 def _track_device_method(skip: list[tuple[Any, ...]]) -> Callable[..., float]:

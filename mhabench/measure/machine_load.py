@@ -29,7 +29,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,10 +130,12 @@ def start() -> None:
         _start = _Start(window, _load1(), f"{time.time_ns()}-{os.getpid()}.json", probe_s)
 
 
-def record(benchmark: str, params: Sequence[Any]) -> None:
+def record(benchmark: str, params: Sequence[Any],
+           extra: Callable[[], dict[str, Any]] | None = None) -> None:
     """Write this process's record, from :func:`start` up to now, for the cell
     ``benchmark(params)``; nothing before :func:`start`, nor between two samples (see the
-    module docstring). Never raises: recording must not fail a benchmark."""
+    module docstring). ``extra`` returns more fields for the record (the GPU's state), read
+    only when it is written. Never raises: recording must not fail a benchmark."""
     if _between_samples():
         return
     folder = load_dir()
@@ -148,6 +150,11 @@ def record(benchmark: str, params: Sequence[Any]) -> None:
             "start": _start.window.wall, "seconds": seconds, "cpus": os.cpu_count(),
             "other_cpu_seconds": max(0.0, other), "steal_seconds": steal,
             "load1": [_start.load1, _load1()], "probe_s": probe_s}
+    if extra is not None:
+        try:
+            data.update(extra())
+        except Exception as err:  # noqa: BLE001 - a reading must not fail the benchmark
+            data["extra_error"] = f"{type(err).__name__}: {err}"
     path = folder / f"{commit[:8]}-{env}" / _start.name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

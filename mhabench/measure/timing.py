@@ -289,5 +289,18 @@ def measure(config: AttentionConfig, repeats: int = 7, warmup: int = 2,
         raise ValueError(f"repeats={repeats} is not allowed; it must be at least 1")
     used = configure_process(threads)
     step = prepare(config, warmup)
-    times = [timed_call(step) for _ in range(repeats)]
+    times = []
+    for _ in range(repeats):
+        before_sample(config)
+        times.append(timed_call(step))
     return Measurement(config, tuple(times), used)
+
+
+def before_sample(config: AttentionConfig, cold: bool = True) -> None:
+    """What precedes every timed sample, outside the clock (here and in the asv suite): on
+    a GPU, a cold L2 (:mod:`mhabench.measure.cache_flush`) unless ``cold`` is False (the
+    warm-cache reference cell). A CPU's caches are left as the previous call left them."""
+    if cold and config.device == "cuda":
+        from mhabench.measure import cache_flush
+
+        cache_flush.flush(config.framework)
