@@ -39,7 +39,7 @@ from mhabench.suite.cells import CellListError, list_cells
 
 # Classes run in this order (a module's classes keep their order within it); modules
 # not named here come after, alphabetically.
-MODULE_ORDER = ("bench_calibration", "bench_heads", "bench_kernels", "bench_gqa",
+MODULE_ORDER = ("bench_calibration", "bench_gpu", "bench_heads", "bench_kernels", "bench_gqa",
                 "bench_decode", "bench_cross", "bench_train", "bench_scaling", "bench_compile")
 # Until this run has measured its own: seconds per asv invocation (benchmark discovery and
 # the forkserver import torch and jax) and per benchmark x cell (a forked process that
@@ -58,24 +58,32 @@ class DeviceRunError(RuntimeError):
 class BenchClass:
     module: str
     name: str
-    methods: dict[str, int]  # benchmark method -> parameter cells asv will start
+    methods: dict[str, tuple[str, ...]]  # benchmark method -> asv names of its cells
 
     @property
     def runs(self) -> int:
-        return sum(self.methods.values())
+        return sum(len(cells) for cells in self.methods.values())
 
     @property
     def label(self) -> str:
         return f"{self.module}.{self.name}"
 
-    def units(self) -> list[tuple[str, str, int]]:
-        """(label, asv -b regex, runs): the whole class, then each method alone (timings
-        first) for when the class does not fit the time left."""
+    def units(self) -> list[tuple[str, list[str], tuple[str, ...]]]:
+        """(label, asv -b regexes, cells): the whole class, then each method alone (timings
+        first) for when the class does not fit the time left; a method that does not fit
+        either runs in chunks of its cells (:func:`chunk_regexes`)."""
         names = "|".join(self.methods)
-        whole = (self.label, rf"^{self.module}\.{self.name}\.({names})\b", self.runs)
         # No "$": asv matches -b against names that may carry parameters.
-        return [whole, *((f"{self.label}.{m}", rf"^{self.module}\.{self.name}\.{m}\b", runs)
-                         for m, runs in self.methods.items())]
+        whole = (self.label, [rf"^{self.module}\.{self.name}\.({names})\b"],
+                 tuple(c for cells in self.methods.values() for c in cells))
+        return [whole, *((f"{self.label}.{m}", [rf"^{self.module}\.{self.name}\.{m}\b"], cells)
+                         for m, cells in self.methods.items())]
+
+
+def chunk_regexes(cells: tuple[str, ...]) -> list[str]:
+    """One exact ``-b`` per asv cell name: asv runs just these cells and merges their results
+    into the commit's file (the benchmark's other cells keep theirs)."""
+    return ["^" + re.escape(cell) + "$" for cell in cells]
 
 
 def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
@@ -84,11 +92,12 @@ def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
         cells = list_cells(python, env, repo)
     except CellListError as exc:
         raise DeviceRunError(str(exc)) from None
-    counts: dict[tuple[str, str], dict[str, int]] = {}
+    names: dict[tuple[str, str], dict[str, list[str]]] = {}
     for cell in cells:
-        methods = counts.setdefault((cell.module, cell.cls), {})
-        methods[cell.method] = methods.get(cell.method, 0) + 1
-    found = [BenchClass(module, name, methods) for (module, name), methods in counts.items()]
+        methods = names.setdefault((cell.module, cell.cls), {})
+        methods.setdefault(cell.method, []).append(cell.name)
+    found = [BenchClass(module, name, {m: tuple(c) for m, c in methods.items()})
+             for (module, name), methods in names.items()]
 
     def rank(item: BenchClass) -> tuple[int, str]:
         order = MODULE_ORDER.index(item.module) if item.module in MODULE_ORDER else 99
@@ -117,12 +126,16 @@ def fit_costs(history: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def pack_results(results_dir: Path, out: Path) -> Path:
-    """Replace ``out/results.tar.gz`` with the whole results folder (written aside, then
-    renamed, so a run killed mid-write leaves the previous tarball whole)."""
+    """Replace ``out/results.tar.gz`` with the whole results folder and the load records
+    beside it (``load/``: each CUDA cell's clocks and throttle state), written aside, then
+    renamed, so a run killed mid-write leaves the previous tarball whole."""
     target = out / RESULTS_TARBALL
     partial = out / (RESULTS_TARBALL + ".partial")
+    load = results_dir.parent / "load"
     with tarfile.open(partial, "w:gz") as tar:
         tar.add(results_dir, arcname="results")
+        if load.is_dir():
+            tar.add(load, arcname="load")
     os.replace(partial, target)
     return target
 
@@ -230,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
 
     classes = []
     for found in discover(args.python, env, repo):
-        methods = {m: runs for m, runs in found.methods.items()
-                   if re.search(args.methods, m) and runs}
+        methods = {m: cells for m, cells in found.methods.items()
+                   if re.search(args.methods, m) and cells}
         if (methods and re.search(args.only, found.label)
                 and not (args.skip and re.search(args.skip, found.label))):
             classes.append(BenchClass(found.module, found.name, methods))
@@ -243,29 +256,47 @@ def run(args: argparse.Namespace) -> int:
         return (overhead + runs * per_run) * SAFETY <= left, \
             (overhead + runs * per_run) * SAFETY, left
 
+    def run_unit(label: str, regexes: list[str], runs: int, estimate: float,
+                 left: float) -> None:
+        nonlocal status
+        say(f"gpu-grid: run {label}: {runs} runs, about {estimate:.0f} s of "
+            f"{left:.0f} s left")
+        began = time.monotonic()
+        code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine",
+                            name, "--set-commit-hash", facts["commit"],
+                            "--record-samples", "--append-samples", "--show-stderr",
+                            *(arg for regex in regexes for arg in ("-b", regex))],
+                           env, repo, log, timeout=max(left, 1.0))
+        took = time.monotonic() - began
+        history.append((runs, took))
+        say(f"gpu-grid: {label} exit {code} in {took:.0f} s")
+        status = status or (1 if code else 0)
+        if results_dir.is_dir():
+            pack_results(results_dir, out)
+
     for item in classes:
         whole, *methods = item.units()
-        chosen = [whole] if fits(whole[2])[0] else methods
-        for label, regex, runs in chosen:
-            ok, estimate, left = fits(runs)
-            if not ok:
-                say(f"gpu-grid: skip {label}: {runs} runs, about {estimate:.0f} s, "
-                    f"{left:.0f} s left")
-                status = 1
+        chosen = [whole] if fits(len(whole[2]))[0] else methods
+        for label, regexes, cells in chosen:
+            ok, estimate, left = fits(len(cells))
+            if ok:
+                run_unit(label, regexes, len(cells), estimate, left)
                 continue
-            say(f"gpu-grid: run {label}: {runs} runs, about {estimate:.0f} s of "
-                f"{left:.0f} s left")
-            began = time.monotonic()
-            code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine",
-                                name, "--set-commit-hash", facts["commit"],
-                                "--record-samples", "--append-samples", "--show-stderr",
-                                "-b", regex], env, repo, log, timeout=max(left, 1.0))
-            took = time.monotonic() - began
-            history.append((runs, took))
-            say(f"gpu-grid: {label} exit {code} in {took:.0f} s")
-            status = status or (1 if code else 0)
-            if results_dir.is_dir():
-                pack_results(results_dir, out)
+            # In chunks, as many cells as the time left holds by this run's own costs.
+            todo, part = list(cells), 0
+            while todo:
+                overhead, per_run = fit_costs(history)
+                left = args.budget - (time.monotonic() - start)
+                size = min(len(todo), int((left / SAFETY - overhead) / per_run))
+                if size < 1:
+                    say(f"gpu-grid: skip {label}: {len(todo)} runs left, "
+                        f"{left:.0f} s left")
+                    status = 1
+                    break
+                part += 1
+                chunk, todo = tuple(todo[:size]), todo[size:]
+                run_unit(f"{label} part {part}", chunk_regexes(chunk), size,
+                         (overhead + size * per_run) * SAFETY, left)
     values = count_values(results_dir, name, facts["commit"], devices)
     if values == 0:
         raise DeviceRunError(f"no {'/'.join(devices)} cell has a value: every cell failed "

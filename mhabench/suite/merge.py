@@ -22,7 +22,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from mhabench.analysis.quick_speed import beside_results
+
 BENCHMARKS = "benchmarks.json"
+LOAD = "load"  # mhabench.measure.machine_load's records, beside the results folder
 
 
 class MergeError(ValueError):
@@ -192,6 +195,7 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
             _rename_machine(machines[0], as_machine)
             machines[0].rename(copy / as_machine)
             root = copy
+        load_plan = _load_plan(root, dest)
         plan: list[tuple[Path, Path]] = []
         unions: list[tuple[Path, dict]] = []
         for path in sorted(root.rglob("*")):
@@ -242,5 +246,30 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
             ours.write_text(json.dumps({**known, **added}, indent=4))
             done.append(f"{ours}: {len(added)} benchmark(s) added, "
                         f"{len(known)} kept")
+        for path, target in load_plan:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        if load_plan:
+            done.append(f"{beside_results(dest, LOAD)}: {len(load_plan)} load record(s) added")
     return done
+
+
+def _load_plan(root: Path, dest: Path) -> list[tuple[Path, Path]]:
+    """The machine-load records (with a GPU run's clocks and throttle state) that travel
+    beside the results (``load/`` next to ``results/`` in a GPU run's tarball), to copy
+    into the folder beside ``dest``; a record of the same name with other contents stops
+    the merge (records are only ever added)."""
+    source = root.parent / LOAD
+    if not source.is_dir():
+        return []
+    plan = []
+    for path in sorted(source.glob("*/*.json")):
+        target = beside_results(dest, LOAD) / path.relative_to(source)
+        if target.exists():
+            if target.read_bytes() != path.read_bytes():
+                raise MergeError(f"{target} exists with other contents than {path}; "
+                                 "nothing was merged")
+            continue
+        plan.append((path, target))
+    return plan
 
