@@ -231,6 +231,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"preflight: {line}")
     (out / "preflight.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
     results_dir = repo / ".asv" / "results"
+    # asv sets ASV_COMMIT only for a commit it installed, never in an existing environment:
+    # the load records (GPU state) need the commit the results are saved under.
+    env["ASV_COMMIT"] = facts["commit"]
     name = args.machine
     asv = [args.python, "-m", "asv"]
     conf = ["--config", str(repo / args.config)]
