@@ -231,9 +231,14 @@ def run(args: argparse.Namespace) -> int:
         say(f"preflight: {line}")
     (out / "preflight.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
     results_dir = repo / ".asv" / "results"
-    # asv sets ASV_COMMIT only for a commit it installed, never in an existing environment:
-    # the load records (GPU state) need the commit the results are saved under.
-    env["ASV_COMMIT"] = facts["commit"]
+    # asv's benchmark processes in an `existing` environment see neither ASV_COMMIT (set
+    # only for a commit asv installed) nor ASV_CONF_DIR and ASV_ENV_NAME: the load records
+    # (with the GPU state) get them here, under the results' commit and environment name.
+    from asv.environment import get_env_name
+
+    env.update({"ASV_COMMIT": facts["commit"],
+                "ASV_ENV_NAME": get_env_name("existing", args.python, {}, {}),
+                "MHABENCH_LOAD_DIR": str(results_dir.parent / "load")})
     name = args.machine
     asv = [args.python, "-m", "asv"]
     conf = ["--config", str(repo / args.config)]
