@@ -99,6 +99,10 @@ def test_gpu_grid_rehearsal_returns_results_that_report_as_a_second_machine(
         names = tar.getnames()
     assert any(n.startswith(f"results/rehearsal/{commit[:8]}-") for n in names), names
     assert "results/rehearsal/mhabench-machine.json" in names
+    # the load records travel too (a CUDA cell's carry its GPU state), under the commit
+    # and environment the results were saved with
+    assert any(n.startswith(f"load/{commit[:8]}-existing-") and n.endswith(".json")
+               for n in names), names
 
     # Back here: one command merges the returned results beside this machine's, and the
     # report reads them as a second machine.
@@ -110,6 +114,8 @@ def test_gpu_grid_rehearsal_returns_results_that_report_as_a_second_machine(
                              "--results", str(results)], capture_output=True, text=True)
     assert merged.returncode == 0, merged.stderr
     assert all(p.read_bytes() == data for p, data in before.items())  # nothing overwritten
+    records = list((tmp_path / "load").glob(f"{commit[:8]}-existing-*/*.json"))
+    assert records and all(json.loads(r.read_text())["commit"] == commit for r in records)
     report = tmp_path / "both.html"
     done = subprocess.run([sys.executable, "-m", "mhabench.cli", "report", "--results",
                            str(results), "--out", str(report)], cwd=ROOT, capture_output=True,
@@ -209,7 +215,7 @@ def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_pat
 def test_the_budget_fits_a_line_to_the_runs_so_far() -> None:
     """What decides a class runs or is skipped: seconds per asv invocation and per run,
     fitted to what this session's invocations took."""
-    from mhabench.suite.devicerun import FIRST_OVERHEAD_S, FIRST_PER_RUN_S, fit_costs
+    from mhabench.suite.device_plan import FIRST_OVERHEAD_S, FIRST_PER_RUN_S, fit_costs
 
     assert fit_costs([]) == (FIRST_OVERHEAD_S, FIRST_PER_RUN_S)
     overhead, per_run = fit_costs([(4, 10.0 + 4 * 2.5), (20, 10.0 + 20 * 2.5),
@@ -221,3 +227,58 @@ def test_the_budget_fits_a_line_to_the_runs_so_far() -> None:
     # a machine three times slower predicts three times the per-run seconds
     slow = fit_costs([(4, 3 * (10.0 + 4 * 2.5)), (20, 3 * (10.0 + 20 * 2.5))])
     assert slow == (pytest.approx(30.0), pytest.approx(7.5))
+
+
+def test_a_method_that_does_not_fit_runs_in_chunks_of_exact_cells() -> None:
+    from mhabench.suite.device_plan import BenchClass, chunk_regexes, plan
+
+    small = BenchClass("bench_a", "Small", {"time_step": ("c1", "c2")})
+    big = BenchClass("bench_b", "Big", {"time_step": tuple(f"b{i}" for i in range(30)),
+                                        "time_step_warm": ("w1",)})
+    planned = plan([small, big], budget=100.0, overhead=10.0, per_run=2.0)
+    # Small whole (14 s, 86 s left). Big whole would take (10 + 31 * 2) * 1.3 = 94 s and
+    # its time_step (10 + 30 * 2) * 1.3 = 91 s: chunks, 28 cells ((10 + 56) * 1.3 = 86 s),
+    # then 2 in the 20 s left; the 6 s left hold no run of time_step_warm.
+    assert [(p.label, p.runs) for p in planned] == [
+        ("bench_a.Small", 2), ("bench_b.Big.time_step part 1", 28),
+        ("bench_b.Big.time_step part 2", 2),
+        ("bench_b.Big.time_step_warm: 1 runs left out", 0)]
+    assert sum(p.seconds for p in planned) <= 100.0
+    assert chunk_regexes(("bench_b.Big.time_step('torch', 2)",)) == [
+        r"^bench_b\.Big\.time_step\('torch',\ 2\)$"]
+
+
+def test_the_documented_device_command_fits_its_8_minutes() -> None:
+    """docs/gpu.md's device command: under the tool's 2,000 characters; its timeouts add up
+    to 8 minutes; and at the per-cell cost of the H200 run's real cells its budget holds the
+    cold/warm reference and every PeakPrefill cell whole, with some decode cells."""
+    import re
+
+    text = (ROOT / "docs" / "gpu.md").read_text()
+    command = re.search(r"```bash\n(python3 -m pip install.*?)\n```", text, re.S).group(1)
+    assert len(command) <= 2000
+    timeouts = [int(t) for t in re.findall(r"\btimeout (\d+) ", command)]
+    assert len(timeouts) == 2 and sum(timeouts) <= 480
+    budget = int(re.search(r"GPU_GRID_SECONDS=(\d+)", command).group(1))
+    assert budget + 60 <= timeouts[1]  # the preflight and the listing fit beside it
+
+    results = json.loads(next((ROOT / "tests" / "fixtures" / "gpu_results" / "h200").glob(
+        "d1c81d90-*.json")).read_text())
+    columns = results["result_columns"]
+    gqa = results["results"]["bench_gqa.MhaGqaMqa.time_step"]
+    ran = sum(v is not None for v in gqa[columns.index("result")])
+    per_run = gqa[columns.index("duration")] / ran  # seconds per cell, real H200 processes
+    only = re.search(r"--only '([^']+)'", command).group(1)
+    done = subprocess.run(
+        [sys.executable, "-m", "mhabench.suite.devicerun", "--plan", "--devices", "cuda",
+         "--dtypes", "bfloat16", "--only", only, "--methods", "time_", "--budget", str(budget),
+         "--per-run", f"{per_run:.2f}"], cwd=ROOT, capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "gpu-grid plan: bench_gpu.L2Reference: 2 runs" in "\n".join(lines)
+    assert any(line.startswith("gpu-grid plan: bench_gpu.PeakPrefill: 44 runs")
+               for line in lines), done.stdout
+    assert any("PeakDecode.time_step" in line and "runs," in line for line in lines)
+    total = float(re.search(r"runs, (\d+) s of a", lines[-1]).group(1))
+    assert total <= budget

@@ -28,7 +28,6 @@ import tarfile
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -36,54 +35,23 @@ from mhabench.core.config import DEVICES, DTYPES
 from mhabench.measure import machine
 from mhabench.suite.bundle import BundleError, prepare_history
 from mhabench.suite.cells import CellListError, list_cells
+from mhabench.suite.device_plan import (
+    FIRST_PER_RUN_S,
+    BenchClass,
+    fit_costs,
+    plan,
+    schedule,
+)
 
 # Classes run in this order (a module's classes keep their order within it); modules
 # not named here come after, alphabetically.
 MODULE_ORDER = ("bench_calibration", "bench_gpu", "bench_heads", "bench_kernels", "bench_gqa",
                 "bench_decode", "bench_cross", "bench_train", "bench_scaling", "bench_compile")
-# Until this run has measured its own: seconds per asv invocation (benchmark discovery and
-# the forkserver import torch and jax) and per benchmark x cell (a forked process that
-# starts CUDA, builds, compiles and samples).
-FIRST_OVERHEAD_S = 12.0
-FIRST_PER_RUN_S = 3.0
-SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
 RESULTS_TARBALL = "results.tar.gz"
 LOG_FILE = "gpu-grid.log"
 
 class DeviceRunError(RuntimeError):
     """A one-line reason the run cannot go on."""
-
-
-@dataclass(frozen=True)
-class BenchClass:
-    module: str
-    name: str
-    methods: dict[str, tuple[str, ...]]  # benchmark method -> asv names of its cells
-
-    @property
-    def runs(self) -> int:
-        return sum(len(cells) for cells in self.methods.values())
-
-    @property
-    def label(self) -> str:
-        return f"{self.module}.{self.name}"
-
-    def units(self) -> list[tuple[str, list[str], tuple[str, ...]]]:
-        """(label, asv -b regexes, cells): the whole class, then each method alone (timings
-        first) for when the class does not fit the time left; a method that does not fit
-        either runs in chunks of its cells (:func:`chunk_regexes`)."""
-        names = "|".join(self.methods)
-        # No "$": asv matches -b against names that may carry parameters.
-        whole = (self.label, [rf"^{self.module}\.{self.name}\.({names})\b"],
-                 tuple(c for cells in self.methods.values() for c in cells))
-        return [whole, *((f"{self.label}.{m}", [rf"^{self.module}\.{self.name}\.{m}\b"], cells)
-                         for m, cells in self.methods.items())]
-
-
-def chunk_regexes(cells: tuple[str, ...]) -> list[str]:
-    """One exact ``-b`` per asv cell name: asv runs just these cells and merges their results
-    into the commit's file (the benchmark's other cells keep theirs)."""
-    return ["^" + re.escape(cell) + "$" for cell in cells]
 
 
 def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
@@ -104,25 +72,6 @@ def discover(python: str, env: dict[str, str], repo: Path) -> list[BenchClass]:
         return order, item.module
 
     return sorted(found, key=rank)  # stable: classes keep their order inside a module
-
-
-def fit_costs(history: list[tuple[int, float]]) -> tuple[float, float]:
-    """Seconds per invocation and per run, from this run's (runs, seconds) so far: a
-    least-squares line once two invocations differ in size, else the first guesses with
-    the per-run cost adjusted to what was seen."""
-    if len({runs for runs, _ in history}) >= 2:
-        n = len(history)
-        mean_r = sum(r for r, _ in history) / n
-        mean_t = sum(t for _, t in history) / n
-        var = sum((r - mean_r) ** 2 for r, _ in history)
-        slope = sum((r - mean_r) * (t - mean_t) for r, t in history) / var
-        slope = max(slope, 0.05)
-        return max(mean_t - slope * mean_r, 0.0), slope
-    if history:
-        runs = sum(r for r, _ in history)
-        took = sum(t for _, t in history)
-        return FIRST_OVERHEAD_S, max((took - FIRST_OVERHEAD_S * len(history)) / runs, 0.05)
-    return FIRST_OVERHEAD_S, FIRST_PER_RUN_S
 
 
 def pack_results(results_dir: Path, out: Path) -> Path:
@@ -199,12 +148,10 @@ def summary(results_dir: Path, machine_name: str, commit: str) -> str:
     return table.round(3).to_string()
 
 
-def run(args: argparse.Namespace) -> int:
-    repo = Path(args.repo).resolve()
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+def run_env(args: argparse.Namespace, repo: Path) -> dict[str, str]:
+    """The environment of the asv runs (and of the cell listing)."""
     devices = [d for d in args.devices.split(",") if d]
-    env = {**os.environ, "MHABENCH_GRID": args.grid, "MHABENCH_DEVICES": ",".join(devices),
+    return {**os.environ, "MHABENCH_GRID": args.grid, "MHABENCH_DEVICES": ",".join(devices),
            "MHABENCH_DTYPES": args.dtypes, "ASV_PYTHONPATH": str(repo),
            "MHABENCH_THREADS": str(args.threads or
                                    (os.cpu_count() if "cuda" in devices else 1)),
@@ -213,6 +160,42 @@ def run(args: argparse.Namespace) -> int:
            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            "JAX_COMPILATION_CACHE_DIR": str(Path(tempfile.gettempdir()) / "mhabench-jax"),
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def selected_classes(args: argparse.Namespace, env: dict[str, str],
+                     repo: Path) -> list[BenchClass]:
+    """The classes and methods ``--only``, ``--skip`` and ``--methods`` keep, in run order."""
+    classes = []
+    for found in discover(args.python, env, repo):
+        methods = {m: cells for m, cells in found.methods.items()
+                   if re.search(args.methods, m) and cells}
+        if (methods and re.search(args.only, found.label)
+                and not (args.skip and re.search(args.skip, found.label))):
+            classes.append(BenchClass(found.module, found.name, methods))
+    return classes
+
+
+def show_plan(args: argparse.Namespace) -> int:
+    """``--plan``: list what the budget holds at ``--per-run`` seconds a cell; runs
+    nothing (no bundle, preflight or asv)."""
+    repo = Path(args.repo).resolve()
+    planned = plan(selected_classes(args, run_env(args, repo), repo), args.budget,
+                   per_run=args.per_run)
+    for item in planned:
+        print(f"gpu-grid plan: {item.label}" + (f": {item.runs} runs, {item.seconds:.0f} s"
+                                                if item.runs else ""))
+    print(f"gpu-grid plan: {sum(p.runs for p in planned)} runs, "
+          f"{sum(p.seconds for p in planned):.0f} s of a {args.budget:.0f} s budget at "
+          f"{args.per_run:g} s a cell")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).resolve()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    devices = [d for d in args.devices.split(",") if d]
+    env = run_env(args, repo)
     log = (out / LOG_FILE).open("a")
     say = _sayer(log)
     bundle_dir = Path(args.bundle) if Path(args.bundle).is_absolute() else repo / args.bundle
@@ -249,20 +232,11 @@ def run(args: argparse.Namespace) -> int:
         raise DeviceRunError(f"asv machine failed: {tail[0]}")
     machine.write_facts(facts, results_dir, name)
 
-    classes = []
-    for found in discover(args.python, env, repo):
-        methods = {m: cells for m, cells in found.methods.items()
-                   if re.search(args.methods, m) and cells}
-        if (methods and re.search(args.only, found.label)
-                and not (args.skip and re.search(args.skip, found.label))):
-            classes.append(BenchClass(found.module, found.name, methods))
+    classes = selected_classes(args, env, repo)
     start, history, status = time.monotonic(), [], 0
 
-    def fits(runs: int) -> tuple[bool, float, float]:
-        left = args.budget - (time.monotonic() - start)
-        overhead, per_run = fit_costs(history)
-        return (overhead + runs * per_run) * SAFETY <= left, \
-            (overhead + runs * per_run) * SAFETY, left
+    def left() -> float:
+        return args.budget - (time.monotonic() - start)
 
     def run_unit(label: str, regexes: list[str], runs: int, estimate: float,
                  left: float) -> None:
@@ -282,29 +256,12 @@ def run(args: argparse.Namespace) -> int:
         if results_dir.is_dir():
             pack_results(results_dir, out)
 
-    for item in classes:
-        whole, *methods = item.units()
-        chosen = [whole] if fits(len(whole[2]))[0] else methods
-        for label, regexes, cells in chosen:
-            ok, estimate, left = fits(len(cells))
-            if ok:
-                run_unit(label, regexes, len(cells), estimate, left)
-                continue
-            # In chunks, as many cells as the time left holds by this run's own costs.
-            todo, part = list(cells), 0
-            while todo:
-                overhead, per_run = fit_costs(history)
-                left = args.budget - (time.monotonic() - start)
-                size = min(len(todo), int((left / SAFETY - overhead) / per_run))
-                if size < 1:
-                    say(f"gpu-grid: skip {label}: {len(todo)} runs left, "
-                        f"{left:.0f} s left")
-                    status = 1
-                    break
-                part += 1
-                chunk, todo = tuple(todo[:size]), todo[size:]
-                run_unit(f"{label} part {part}", chunk_regexes(chunk), size,
-                         (overhead + size * per_run) * SAFETY, left)
+    def skip(label: str, runs: int, left: float) -> None:
+        nonlocal status
+        say(f"gpu-grid: skip {label}: {runs} runs left, {left:.0f} s left")
+        status = 1
+
+    schedule(classes, left, lambda: fit_costs(history), run_unit, skip)
     values = count_values(results_dir, name, facts["commit"], devices)
     if values == 0:
         raise DeviceRunError(f"no {'/'.join(devices)} cell has a value: every cell failed "
@@ -349,6 +306,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip", default="", help="regex: leave out matching classes")
     parser.add_argument("--methods", default="", help="regex: run only matching benchmark "
                         "methods, e.g. 'time_|track_kernel' (default: all)")
+    parser.add_argument("--plan", action="store_true", help="list the runs the budget "
+                        "holds at --per-run seconds a cell, and run nothing")
+    parser.add_argument("--per-run", type=float, default=FIRST_PER_RUN_S,
+                        help=f"seconds a cell, for --plan (default {FIRST_PER_RUN_S:g})")
     args = parser.parse_args(argv)
     for name, allowed in (("devices", DEVICES), ("dtypes", DTYPES)):
         given = [v for v in getattr(args, name).split(",") if v]
@@ -359,6 +320,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--grid {args.grid!r} is not allowed; choose tiny, quick or full")
     if args.budget <= 0:
         parser.error(f"--budget {args.budget:g} is not allowed; give positive seconds")
+    if args.per_run <= 0:
+        parser.error(f"--per-run {args.per_run:g} is not allowed; give positive seconds")
     if args.machine is None:
         args.machine = f"gpu-{os.uname().nodename}"
     return args
@@ -367,7 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        return run(args)
+        return show_plan(args) if args.plan else run(args)
     except DeviceRunError as exc:
         print(f"gpu-grid: {exc}", file=sys.stderr)
         return 3
