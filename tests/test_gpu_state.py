@@ -55,7 +55,7 @@ inst = cls()
 bench = TimeBenchmark("bench_gpu.PeakPrefill.time_step", inst.time_step, [inst.time_step, inst])
 bench.set_param_idx(list(itertools.product(*cls.params)).index(cells[0]))
 print(json.dumps({"cells": len(cells), "skipped": bench.do_setup(),
-                  "warm": hasattr(bench_gpu.PeakDecode, "time_step_warm")}))
+                  "warm": hasattr(bench_gpu.L2Reference, "time_step_warm")}))
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=300)

@@ -203,12 +203,17 @@ class TimeModel:
                 **{f"coef_{f}": self.coef[f] for f in FEATURES}}
 
 
+WARM_SUFFIX = ".time_step_warm"  # benchmarks/common.py: a GPU cell timed with L2 left warm
+
+
 def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows a time model is fitted on: the newest time_ measurement of each attention
     config cell at the machine's quick speed (divided by the moment's slowdown where the
     frame has it, :mod:`mhabench.analysis.quick_speed`), one row per (group, config) (the
     median where several benchmarks time one config)."""
-    cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna()])
+    # A warm-L2 reference timing (time_step_warm) is not the cell's time: the cold one is.
+    warm = frame["benchmark"].str.endswith(WARM_SUFFIX)
+    cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna() & ~warm])
     if cells.empty:
         return cells
     cells = cells.assign(value=quick_values(cells))

@@ -189,3 +189,26 @@ def open_watch() -> Watch | None:
 def not_available() -> dict[str, Any]:
     """The record of a CUDA cell whose GPU state could not be read: n/a, with the reason."""
     return {"available": False, "reason": unavailable_reason() or "not read"}
+
+
+def combine(states: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One cell's GPU state over its timing processes (each a :meth:`Watch.summary` or
+    :func:`not_available`): the SM clock's range, the hottest and most power, whether any
+    process throttled; n/a with the reason if one could not read it; None if none
+    recorded (a CPU cell, or results from before the GPU state was recorded)."""
+    if not states:
+        return None
+    missing = [s for s in states if not s.get("available")]
+    if missing:
+        return {"available": False, "reason": str(missing[0].get("reason", "not read"))}
+    clocks = [v for s in states for v in (s.get("sm_mhz") or ())]
+    temps = [v for s in states for v in (s.get("temperature_c") or ()) if v is not None]
+    power = [v for s in states for v in (s.get("power_w") or ()) if v is not None]
+    throttle = sorted({t for s in states for t in s.get("throttle", ())})
+    return {"available": True, "sm_mhz": [min(clocks), max(clocks)] if clocks else None,
+            "max_sm_mhz": max(int(s["max_sm_mhz"]) for s in states),
+            "temperature_c": max(temps) if temps else None,
+            "power_w": max(power) if power else None,
+            "throttled": any(s.get("throttled") for s in states), "throttle": throttle,
+            "locked": any(s.get("locked") for s in states),
+            "lock_note": str(states[0].get("lock_note", ""))}

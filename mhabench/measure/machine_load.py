@@ -190,6 +190,8 @@ class CellLoad:
     # the machine's speed probe (mhabench.measure.speed) before and after the samples,
     # geometric mean over them and over the cell's processes; None in older records
     probe_s: float | None = None
+    # a CUDA cell's GPU state per process (mhabench.measure.gpu_state: clocks, throttling)
+    gpu: tuple[dict[str, Any], ...] = ()
 
     @property
     def disturbed(self) -> bool:
@@ -231,7 +233,8 @@ def read_records(folder: str | Path) -> dict[tuple[str, str, str], CellLoad]:
                               max(load1) if load1 else None, len(records),
                               min(float(r["start"]) for r in records) if all(
                                   isinstance(r.get("start"), (int, float)) for r in records)
-                              else None, _probe(records))
+                              else None, _probe(records),
+                              tuple(r["gpu"] for r in records if isinstance(r.get("gpu"), dict)))
     return loads
 
 
