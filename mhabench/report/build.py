@@ -21,6 +21,7 @@ import pandas as pd
 from mhabench.report import (
     findings,
     sections_compare,
+    sections_gpu,
     sections_history,
     sections_memory,
     sections_model,
@@ -40,6 +41,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
      sections_overview.exercise_section),
     ("measured-vs-model", "Measured time against the FLOP model",
      sections_overview.model_section),
+    ("gpu-peak", "GPU kernels against the peak", sections_gpu.gpu_section),
     ("kernels", "The attention kernel each fused cell ran", sections_memory.kernels_section),
     ("memory", "Memory: the model against the step's measured memory",
      sections_memory.memory_section),
