@@ -272,3 +272,28 @@ def test_cuda_matches_cpu(framework, backend):
     args = (x["queries"], x["keys"], x["values"], x["valid_lens"])
     np.testing.assert_allclose(run_forward(config, w, *args),
                                run_forward(config.replace(device="cpu"), w, *args), atol=1e-3)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_causal_is_the_chapters_masked_softmax_with_one_length_per_query(framework):
+    """causal=True: query i sees keys 0..i, what the chapter's masked softmax gives with
+    valid_lens[b, i] = i + 1 (no causal flag); and it is not the unmasked layer."""
+    config = small(framework=framework, causal=True)
+    weights, x = init_weights(config), make_inputs(config)
+    out = run_forward(config, weights, x["queries"], x["keys"], x["values"], None)
+    plain = config.replace(causal=False)
+    lens = np.tile(np.arange(1, config.n + 1, dtype=np.int32), (config.batch, 1))
+    by_lens = run_forward(plain, weights, x["queries"], x["keys"], x["values"], lens)
+    np.testing.assert_allclose(out, by_lens, atol=ATOL)
+    unmasked = run_forward(plain, weights, x["queries"], x["keys"], x["values"], None)
+    assert np.abs(out - unmasked)[:, :-1].max() > 1e-3  # the last query sees every key
+    np.testing.assert_allclose(out[:, -1], unmasked[:, -1], atol=ATOL)
+
+
+def test_causal_refuses_what_it_cannot_mean():
+    for extra, says in (({"cross": True, "m": 9}, "cross=True"),
+                        ({"masked": True}, "masked=True"),
+                        ({"mode": "decode", "n": 1, "m": 9}, "mode='decode'")):
+        with pytest.raises(ValueError, match=f"causal=True is not allowed with {says}"):
+            small(causal=True, **extra)
+    assert small(causal=True).id.endswith("-causal")

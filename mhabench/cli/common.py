@@ -55,6 +55,8 @@ def add_config_args(parser: argparse.ArgumentParser, preset_allowed: bool = Fals
                    help="key/value heads (default h: MHA; 1: MQA; else GQA)")
     g.add_argument("--cross", action="store_true", help="cross-attention: n queries over m keys")
     g.add_argument("--masked", action="store_true", help="mask keys with valid_lens")
+    g.add_argument("--causal", action="store_true",
+                   help="causal self-attention: each token sees itself and earlier ones")
     g.add_argument("--dropout", type=float, default=0.0)
     if preset_allowed:
         g.add_argument("--preset", default=None,
@@ -65,7 +67,8 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     return AttentionConfig(
         framework=args.framework, backend=args.backend, device=args.device, dtype=args.dtype,
         mode=args.mode, batch=args.batch, n=args.n, m=args.m, d=args.d, heads=args.heads,
-        kv_heads=args.kv_heads, cross=args.cross, masked=args.masked, dropout=args.dropout)
+        kv_heads=args.kv_heads, cross=args.cross, masked=args.masked, causal=args.causal,
+        dropout=args.dropout)
 
 
 def configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]:
@@ -76,7 +79,7 @@ def configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]:
         return [base]
     return preset(args.preset, base.framework, base.backend, device=base.device,
                   dtype=base.dtype, mode=base.mode, cross=base.cross, masked=base.masked,
-                  dropout=base.dropout)
+                  causal=base.causal, dropout=base.dropout)
 
 
 def add_results_args(parser: argparse.ArgumentParser) -> None:

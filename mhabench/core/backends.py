@@ -67,6 +67,7 @@ class Backend:
     modes: tuple[str, ...] = ALL_MODES
     gqa: bool = True  # runs kv_heads < heads
     dropout: bool = True  # runs dropout > 0 in train mode
+    causal: bool = True  # runs causal=True (its layer or attend takes ``causal``)
     library: bool = False  # attention is one library call: the kernel that ran is detected
     materialises: bool = True  # writes the (b, h, n, m) map (the cost model's memory budget)
     kernel: str | None = None  # the library kernel it forces (None: the library's choice)

@@ -79,6 +79,7 @@ class AttentionConfig:
     kv_heads: int | None = None
     cross: bool = False
     masked: bool = False
+    causal: bool = False
     dropout: float = 0.0
     dtype: str = "float32"
     device: str = "cpu"
@@ -100,7 +101,7 @@ class AttentionConfig:
         _choice("mode", self.mode, MODES)
         for name in ("batch", "n", "m", "d", "heads", "kv_heads"):
             _positive_int(name, getattr(self, name))
-        for name in ("cross", "masked"):
+        for name in ("cross", "masked", "causal"):
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
                 raise ValueError(f"{name}={value!r} is not allowed; use True or False")
@@ -136,6 +137,9 @@ class AttentionConfig:
                              f"device={self.device!r}; it runs {', '.join(modes)} there. "
                              f"mode={self.mode!r} needs "
                              f"{_able(fw, lambda b: self.mode in b.modes_on(self.device))}")
+        if self.causal and not backend.causal:
+            raise ValueError(f"causal=True is not allowed with framework={fw!r}, {what}: "
+                             f"it takes no causal mask; use {_able(fw, lambda b: b.causal)}")
         if self.dropout and not backend.dropout:
             raise ValueError(f"dropout={self.dropout:g} is not allowed with framework={fw!r}, "
                              f"{what}: it has no dropout; use "
@@ -156,6 +160,14 @@ class AttentionConfig:
             raise ValueError(f"masked=True is not allowed with mode={mode!r} self-attention: "
                              "the step attends causally over the m earlier tokens and the new "
                              "one; valid_lens apply to cross-attention sources")
+        if self.causal and (stepwise or self.cross or self.masked):
+            what = (f"mode={mode!r} (its step attends causally already)" if stepwise
+                    else "cross=True (a source has no order to mask)" if self.cross
+                    else "masked=True (valid_lens and the causal mask together are not "
+                    "a variant the grid times)")
+            raise ValueError(f"causal=True is not allowed with {what}; causal masks a "
+                             "sequence's own later tokens in self-attention, mode='forward' "
+                             "or 'train'")
         if self.dropout and mode != "train":
             raise ValueError(f"dropout={self.dropout:g} is not allowed with mode={mode!r}: "
                              "dropout acts in mode='train' only (other steps are "
@@ -194,9 +206,18 @@ class AttentionConfig:
             parts.append("cross")
         if self.masked:
             parts.append("masked")
+        if self.causal:
+            parts.append("causal")
         if self.dropout:
             parts.append(f"drop{self.dropout:g}")
         return "-".join(parts)
+
+    @property
+    def call_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of a layer call beyond (queries, keys, values, valid_lens):
+        ``causal=True`` for a causal cell, none otherwise (so a plug-in layer that takes no
+        ``causal`` still runs every other cell)."""
+        return {"causal": True} if self.causal else {}
 
     def replace(self, **changes: Any) -> AttentionConfig:
         """A copy with some fields changed (validated again); m/kv_heads follow n/heads

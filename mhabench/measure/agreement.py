@@ -32,6 +32,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "decode": {"mode": "decode", "n": 1, "m": 9, "kv_heads": 2},
     "prefix": {"mode": "prefix", "n": 1, "m": 9},
     "train": {"mode": "train", "masked": True, "kv_heads": 2},
+    "causal": {"causal": True},
+    "causal-train": {"mode": "train", "causal": True, "kv_heads": 2},
 }
 REFERENCE = ("torch", "batched")
 
@@ -75,13 +77,14 @@ def forward_output(config: AttentionConfig, weights: dict[str, np.ndarray],
             model = build_model(config, weights).eval()
             x = to_tensors(config, {"q": queries, "k": keys, "v": values, "l": valid_lens})
             with torch.no_grad():
-                out = model(x["q"], x["k"], x["v"], x["l"])
+                out = model(x["q"], x["k"], x["v"], x["l"], **config.call_kwargs)
             return out.double().cpu().numpy()
         from mhabench.layers.jax.steps import build_model, to_arrays
 
         model = build_model(config, weights)
         x = to_arrays(config, {"q": queries, "k": keys, "v": values, "l": valid_lens})
-        return np.asarray(model(x["q"], x["k"], x["v"], x["l"]), dtype=np.float64)
+        return np.asarray(model(x["q"], x["k"], x["v"], x["l"], **config.call_kwargs),
+                          dtype=np.float64)
 
 
 def step_output(config: AttentionConfig) -> np.ndarray:

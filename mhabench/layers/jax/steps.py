@@ -118,7 +118,7 @@ def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
     lens = x["valid_lens"]
 
     def call(model, inputs, lens):
-        return model(*(inputs[i] for i in wiring), lens)
+        return model(*(inputs[i] for i in wiring), lens, **config.call_kwargs)
 
     def forward(params, rest, inputs, lens):
         return call(nnx.merge(graphdef, params, rest), inputs, lens)

@@ -331,8 +331,13 @@ class ReferenceAttention(nn.Module):
                 [source.weight("W_q"), source.weight("W_k"), source.weight("W_v")]))
             self.mha.out_proj.weight.copy_(source.weight("W_o"))
 
-    def forward(self, queries, keys, values, valid_lens=None):
+    def forward(self, queries, keys, values, valid_lens=None, causal=False):
         padding, attn_mask = None, None
+        if causal:  # the library's own mask (config: never with valid_lens)
+            attn_mask = nn.Transformer.generate_square_subsequent_mask(
+                queries.shape[1], device=queries.device, dtype=queries.dtype)
+            return self.mha(queries, keys, values, attn_mask=attn_mask, is_causal=True,
+                            need_weights=False)[0]
         if valid_lens is not None:
             m = keys.shape[1]
             if valid_lens.dim() == 1:

@@ -126,7 +126,7 @@ def _make_step(config: AttentionConfig, seed: int) -> Callable[[], Any]:
             model.zero_grad(set_to_none=True)
             for leaf in leaves.values():
                 leaf.grad = None
-            out = model(q, k, v, lens)
+            out = model(q, k, v, lens, **config.call_kwargs)
             out.backward(upstream)
             synchronize(device)
             return out
@@ -138,7 +138,7 @@ def _make_step(config: AttentionConfig, seed: int) -> Callable[[], Any]:
 
     def step() -> Any:
         with torch.inference_mode():
-            out = model(q, k, v, lens)
+            out = model(q, k, v, lens, **config.call_kwargs)
         synchronize(device)
         return out
 
