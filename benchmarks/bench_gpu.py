@@ -3,7 +3,8 @@
 The chapter's shape (batch 2-8, n = 512, d = 256) leaves a GPU launch-bound. These classes
 take the shapes FlashAttention's and cuDNN's published sweeps use: bfloat16, head width
 p = 128 (and 64), h = 16 and 32 query heads, MHA and GQA 8:1, and 16k tokens per step
-(batch x n = 16384 at n = 512, 2k, 8k and 16k); decode over batch x KV length. Every fused
+(batch x n = 16384 at n = 512, 2k, 8k and 16k), causal and not; decode over batch x KV
+length. Every fused
 call, each of its forced kernels, and the newer backends (torch.compile, FlexAttention,
 JAX blockwise); the report turns the times into TFLOP/s and TB/s against the calibrated
 peak (``bench_calibration``) and the spec sheet's (``mhabench.report.sections_gpu``).
@@ -83,6 +84,17 @@ if CUDA and BF16:
                   [1], sorted({m for _, m in DECODE_POINTS}), [4096], [32], [8], CUDA, BF16,
                   [THREADS]]
         keep = staticmethod(lambda c: (c.batch, c.m) in DECODE_POINTS)
+
+    class PeakCausal(_Peak):
+        """PeakPrefill's cells with the causal mask: a kernel that skips the masked tiles
+        does about half the attention work (the report counts half, as FlashAttention's
+        figures do)."""
+
+        param_names = ["framework", "backend", "mode", "batch", "n", "d", "heads",
+                       "kv_heads", "causal", "device", "dtype", "threads"]
+        params = [FRAMEWORKS, PEAK_BACKENDS, ["forward"], BATCH, N, [2048], [16], [16],
+                  [True], CUDA, BF16, [THREADS]]
+        keep = staticmethod(_tokens)
 
     class PeakPrefillShapes(_Peak):
         """Forward, bfloat16, the other shapes: p = 64, h = 32, GQA 8:1."""

@@ -28,7 +28,8 @@ GPU_RESULTS = Path(__file__).parent / "fixtures" / "gpu_results"
 def _cell(template: pd.Series, method: str, values: dict, seconds: float,
           cls: str = "") -> pd.Series:
     row = template.copy()
-    cls = cls or ("PeakDecode" if values["mode"] == "decode" else "PeakPrefill")
+    cls = cls or ("PeakDecode" if values["mode"] == "decode" else
+                  "PeakCausal" if values.get("causal") else "PeakPrefill")
     row["benchmark"] = f"bench_gpu.{cls}.{method}"
     args = ", ".join(repr(v) for v in values.values())
     row["asv_cell"] = f"bench_gpu.{cls}.{method}({args})"
@@ -36,8 +37,9 @@ def _cell(template: pd.Series, method: str, values: dict, seconds: float,
     for key, value in values.items():
         row[key] = value
     row.update({"value": seconds, "m": values.get("m", values["n"]), "cross": False,
+                "causal": values.get("causal", False),
                 "masked": False, "dropout": 0.0,
-                "config_id": f"{values['mode']}-{values['n']}"})
+                "config_id": f"{values['mode']}-{values['n']}-{values.get('causal')}"})
     return row
 
 
@@ -62,6 +64,7 @@ def frame_and_results():
     frame = results.frame
     template = frame[frame["benchmark"].str.contains("MhaGqaMqa.time_step")].iloc[0]
     rows = [_cell(template, "time_step", PREFILL, 0.010),
+            _cell(template, "time_step", {**PREFILL, "causal": True}, 0.008),
             _cell(template, "time_step", DECODE, 100e-6),
             _cell(template, "time_step", DECODE, 110e-6, "L2Reference"),
             _cell(template, "time_step_warm", DECODE, 80e-6, "L2Reference")]
@@ -80,12 +83,16 @@ def test_rates_and_percents_match_the_shapes_counts(frame_and_results):
     reference = found[found["reference"]]
     assert reference["time_ms"].tolist() == [pytest.approx(0.110)]
     assert reference["warm_ms"].tolist() == [pytest.approx(0.080)]  # paired by its cell
-    table = found[~found["reference"]].set_index("mode")
+    causal = found[found["causal"]]
+    table = found[~found["reference"] & ~found["causal"]].set_index("mode")
     # forward: per sequence 4 projections of n x d x d (2 FLOPs each) + QK^T and AV
     b, n, d = 8, 2048, 2048
     flops = b * (4 * 2 * n * d * d + 2 * 2 * n * n * d)
     prefill = table.loc["forward"]
     assert prefill["tflop_s"] == pytest.approx(flops / 0.010 / 1e12)
+    # causal: half of QK^T and AV counted, as FlashAttention's figures count it
+    half = b * (4 * 2 * n * d * d + 2 * n * n * d)
+    assert causal["tflop_s"].tolist() == [pytest.approx(half / 0.008 / 1e12)]
     torch_bf16 = cal[(cal["framework"] == "torch") & (cal["dtype"] == "bfloat16")]
     peak = torch_bf16["peak_gflops"].item() * 1e9  # the H200 run's own 8192 matmul
     assert prefill["pct_calibrated"] == pytest.approx(100 * flops / 0.010 / peak)
@@ -125,7 +132,9 @@ def test_section_marks_throttling_and_names_the_spec_sheet(frame_and_results):
     assert "spec sheet H200 SXM" in text and "1 of 1 cells ran throttled" in text
     assert "0.110 ms cold, 0.080 ms warm (1.38x)" in text
     prefill = next(t for t in section.tables if t.name == "gpu-prefill").frame
-    assert prefill["GPU state"].str.contains("THROTTLED").all()
+    # the throttled cell is marked; the causal one has no record: not recorded, not "ok"
+    assert prefill.set_index("causal")["GPU state"].to_dict() == {
+        False: "SM 1980-1980 of 1980 MHz; THROTTLED (hw_thermal)", True: "not recorded"}
     empty = Context(SimpleNamespace(frame=results.frame.iloc[:0], machines={}),
                     pd.DataFrame(), calibration_table(results.frame), {}, None, 1.1)
     assert "scripts/gpu-grid" in gpu_section(empty).absent

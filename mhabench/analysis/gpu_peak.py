@@ -3,9 +3,10 @@ the peak this machine's calibration measured and the one its spec sheet states.
 
 - Prefill and training cells: the FLOP model's count for the layer (projections and
   attention, ``8nd^2 + 4n^2 d`` per sequence for MHA self-attention; training 3x) over the
-  step's time. Published attention sweeps (FlashAttention, cuDNN) count the attention core
-  alone; at these shapes it is most of the layer's FLOPs from n = 2k on (4n^2 d against
-  8nd^2: n/2d of the projections).
+  step's time; a causal cell counts half the attention term, as FlashAttention does.
+  Published attention sweeps (FlashAttention, cuDNN) count the attention core alone; at
+  these shapes it is most of the layer's FLOPs from n = 2k on (4n^2 d against 8nd^2: n/2d
+  of the projections).
 - Decode cells: the bytes one step must read, the cached K/V plus the layer's weights, over
   the step's time (``mhabench.core.cost``), against the calibrated copy bandwidth and the
   spec sheet's HBM bandwidth.
@@ -88,7 +89,8 @@ def peak_rows(frame: pd.DataFrame, calibration: pd.DataFrame, machines: dict[str
         state = gpu_state.combine(getattr(load, "gpu", ()))
         item = {"machine": row["machine"], "gpu": gpus.get(row["machine"], ""),
                 "benchmark": row["benchmark"], "framework": config.framework,
-                "backend": config.backend, "mode": config.mode, "dtype": config.dtype,
+                "backend": config.backend, "mode": config.mode, "causal": config.causal,
+                "dtype": config.dtype,
                 "batch": config.batch, "n": config.n, "m": config.m, "d": config.d,
                 "heads": config.heads, "kv_heads": config.kv_heads,
                 "head_dim": config.head_dim, "asv_cell": row["asv_cell"],
@@ -100,9 +102,11 @@ def peak_rows(frame: pd.DataFrame, calibration: pd.DataFrame, machines: dict[str
             item.update(bytes=moved, tb_s=rate / 1e12, pct_calibrated=100 * rate / copy,
                         pct_spec=100 * rate / sheet.hbm_bytes_s if sheet else float("nan"))
         else:
-            rate = terms.flops_model / seconds
+            # causal: the masked half of the map is not counted (FlashAttention's convention)
+            flops = terms.flops_model - (terms.flops_attention // 2 if config.causal else 0)
+            rate = flops / seconds
             spec = sheet.flops.get(config.dtype) if sheet else None
-            item.update(flops=terms.flops_model, tflop_s=rate / 1e12,
+            item.update(flops=flops, tflop_s=rate / 1e12,
                         pct_calibrated=100 * rate / matmul,
                         pct_spec=100 * rate / spec if spec else float("nan"))
         out.append(item)

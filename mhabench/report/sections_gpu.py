@@ -10,7 +10,7 @@ from mhabench.analysis.gpu_peak import peak_rows, spec_sheet, state_text
 from mhabench.report.context import Context
 from mhabench.report.types import Plot, Section, Table
 
-SHAPE = ["framework", "backend", "dtype", "batch", "n", "d", "heads", "kv_heads"]
+SHAPE = ["framework", "backend", "dtype", "causal", "batch", "n", "d", "heads", "kv_heads"]
 
 
 def _round(frame: pd.DataFrame) -> pd.DataFrame:
@@ -77,8 +77,8 @@ def _plot(prefill: pd.DataFrame) -> list[Plot]:
     forward pass)."""
     plots = []
     mha = prefill[(prefill["mode"] == "forward") & (prefill["heads"] == prefill["kv_heads"])]
-    for (machine, dtype, p, h), group in mha.groupby(["machine", "dtype", "head_dim",
-                                                      "heads"]):
+    for (machine, dtype, p, h, causal), group in mha.groupby(["machine", "dtype", "head_dim",
+                                                              "heads", "causal"]):
         series = {}
         for (fw, backend), g in group.groupby(["framework", "backend"]):
             g = g.sort_values("n")
@@ -86,9 +86,10 @@ def _plot(prefill: pd.DataFrame) -> list[Plot]:
                 series[f"{fw} {backend}"] = (g["n"].astype(float).tolist(),
                                              g["tflop_s"].astype(float).tolist())
         if series:
-            plots.append(Plot(f"{machine}: {dtype}, h = {h}, head width {p}, forward, "
-                              "16k tokens", "sequence length n", "TFLOP/s (layer)",
-                              series, logx=True))
+            title = (f"{machine}: {dtype}, h = {h}, head width {p}, forward"
+                     f"{', causal' if causal else ''}, 16k tokens")
+            plots.append(Plot(title, "sequence length n", "TFLOP/s (layer)", series,
+                              logx=True))
     return plots
 
 
@@ -103,8 +104,9 @@ def gpu_section(ctx: Context) -> Section:
     section = Section("", "", text=[
         "Rates at the shapes published attention sweeps use (16k tokens per step; decode "
         "over batch x KV length), each sample from a cold L2. TFLOP/s counts the FLOP "
-        "model's layer (projections and attention; training 3x); published kernel figures "
-        "count attention alone, most of the layer from n = 2k on. '% calibrated' is of this "
+        "model's layer (projections and attention; training 3x; causal: half the attention "
+        "term, as FlashAttention counts); published kernel figures count attention alone, "
+        "most of the layer from n = 2k on. '% calibrated' is of this "
         "machine's measured matmul peak (decode: copy bandwidth) for the framework and "
         "dtype; '% spec' of the spec sheet's dense peak (decode: HBM bandwidth)."])
     section.text += _sheets(rows) + _state_lines(rows) + _warm_lines(rows)
@@ -112,8 +114,8 @@ def gpu_section(ctx: Context) -> Section:
         section.tables.append(Table("gpu-prefill", "Prefill and training: layer TFLOP/s "
                                     "per kernel", _table(prefill, "tflop_s", "TFLOP/s",
                                                          ["mode", *SHAPE])))
-        best = prefill.loc[prefill.groupby(["machine", "mode", "dtype", "n", "d", "heads",
-                                            "kv_heads"])["tflop_s"].idxmax()]
+        best = prefill.loc[prefill.groupby(["machine", "mode", "causal", "dtype", "n", "d",
+                                            "heads", "kv_heads"])["tflop_s"].idxmax()]
         section.facts["best"] = best
     if len(decode):
         section.tables.append(Table("gpu-decode", "Decode: TB/s read (cached K/V and "
