@@ -50,8 +50,9 @@ def test_every_backend_agrees_in_every_mode_it_runs(framework, backend):
     for row in rows:
         assert row.ok, row
         mode = agreement.VARIANTS[row.variant].get("mode", "forward")
+        variant = agreement.VARIANTS[row.variant]
         supported = "cpu" in spec.devices and mode in spec.modes_on("cpu") and (
-            spec.gqa or "kv_heads" not in agreement.VARIANTS[row.variant])
+            spec.gqa or "kv_heads" not in variant) and (spec.causal or "causal" not in variant)
         assert (row.max_error is not None) == supported, row
 
 
@@ -297,3 +298,25 @@ def test_causal_refuses_what_it_cannot_mean():
         with pytest.raises(ValueError, match=f"causal=True is not allowed with {says}"):
             small(causal=True, **extra)
     assert small(causal=True).id.endswith("-causal")
+
+
+def test_a_plugin_without_a_causal_keyword_gets_no_causal_cells():
+    import subprocess
+    import sys
+
+    code = """
+from mhabench.api import AttentionConfig, register_attention
+def attend(q, k, v, valid_lens):
+    return q
+register_attention('nocausal', 'torch', attend)
+AttentionConfig(backend='nocausal')  # every other cell is fine
+try:
+    AttentionConfig(backend='nocausal', causal=True)
+except ValueError as err:
+    print(err)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "causal=True is not allowed with framework='torch', backend='nocausal'" in done.stdout
+    assert "takes no causal mask; use" in done.stdout

@@ -124,16 +124,16 @@ def register_attention(name: str, framework: str, attend: Callable[..., Any], *,
     """Register ``attend(q, k, v, valid_lens[, causal]) -> out`` (see the module docstring)
     inside mhabench's batched layer. ``gqa=False``: the layer repeats each key/value head
     for its query heads before the call. ``modes`` defaults to forward, train and decode,
-    plus prefix when ``attend`` takes ``causal``."""
+    plus prefix when ``attend`` takes ``causal`` (and causal cells only then)."""
     if not callable(attend):
         raise ValueError(f"attend={attend!r} is not callable")
+    takes_causal = "causal" in inspect.signature(attend).parameters
     if modes is None:
-        takes_causal = "causal" in inspect.signature(attend).parameters
         modes = ALL_MODES if takes_causal else ("forward", "train", "decode")
 
     origin = getattr(attend, "__module__", None) or "user"
     return register(Backend(name, framework, attend=attend, attend_groups=gqa,
-                            modes=tuple(modes), gqa=True, dropout=False,
+                            modes=tuple(modes), gqa=True, dropout=False, causal=takes_causal,
                             materialises=materialises, summary=summary, origin=origin))
 
 
