@@ -201,3 +201,19 @@ def test_watch_calls_a_cell_throttled_from_reasons_or_violation_time(
     assert state["throttle"] == throttle and state["throttled"] == bool(throttle)
     assert state["sm_mhz"] == [1755, 1980] and state["samples"] == 2
     assert state["locked"] is False and "never sets them" in state["lock_note"]
+
+
+def test_the_finding_quotes_the_best_kernel_at_the_longest_sequence(frame_and_results):
+    from mhabench.report.findings import gpu_peak
+
+    results, rows = frame_and_results
+    ctx = Context(results, pd.DataFrame(), calibration_table(results.frame), {}, None, 1.1)
+    section = gpu_section(ctx)
+    section.id = "gpu-peak"
+    text = gpu_peak(ctx, {"gpu-peak": section}, "h200")
+    # forward MHA non-causal: the one prefill cell (n = 2048, 10 ms); decode: its one cell
+    flops = 8 * (4 * 2 * 2048 * 2048 * 2048 + 2 * 2 * 2048 * 2048 * 2048)
+    assert f"torch/fused_flash {flops / 0.010 / 1e12:.0f} TFLOP/s" in text
+    assert f"{100 * flops / 0.010 / 989e12:.0f} % of spec" in text
+    assert "decode: best torch/fused" in text and "batch 1, KV 2048" in text
+    assert gpu_peak(ctx, {}, "h200") is None  # no section: not measured

@@ -192,6 +192,32 @@ def fallbacks(ctx: Context, sections: dict[str, Section], machine: str) -> str |
             f"(e.g. {fell['config_id'].iloc[0]}).")
 
 
+def gpu_peak(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
+    prefill = _table(sections, "gpu-peak", "gpu-prefill", machine, "TFLOP/s")
+    decode = _table(sections, "gpu-peak", "gpu-decode", machine, "TB/s")
+    parts = []
+    if len(prefill):
+        mha = prefill[(prefill["mode"] == "forward") & ~prefill["causal"].astype(bool)
+                      & (prefill["heads"] == prefill["kv_heads"])]
+        mha = mha if len(mha) else prefill
+        top = mha[mha["n"] == mha["n"].max()]
+        best = top.loc[top["TFLOP/s"].idxmax()]
+        parts.append(f"forward {best['dtype']} at n = {best['n']}: best "
+                     f"{best['framework']}/{best['backend']} {best['TFLOP/s']:.0f} TFLOP/s "
+                     f"({best['% calibrated']:.0f} % of calibrated, {best['% spec']:.0f} % of "
+                     "spec)")
+    if len(decode):
+        best = decode.loc[decode["TB/s"].idxmax()]
+        parts.append(f"decode: best {best['framework']}/{best['backend']} "
+                     f"{best['TB/s']:.2f} TB/s at batch {best['batch']}, KV {best['m']} "
+                     f"({best['% spec']:.0f} % of spec HBM)")
+    throttled = sum(table["GPU state"].str.contains("THROTTLED").sum()
+                    for table in (prefill, decode) if len(table))
+    if parts and throttled:
+        parts.append(f"{throttled} cells ran throttled")
+    return "; ".join(parts) + "." if parts else None
+
+
 def missing(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
     frame = ctx.results.frame
     commits = frame.loc[frame["machine"] == machine, ["commit", "date"]]
@@ -218,6 +244,7 @@ QUESTIONS: tuple[tuple[str, str, Answer], ...] = (
     ("Forward vs forward + backward", "forward-backward", training),
     ("Time model accuracy", "time-model", accuracy),
     ("Regressions since the previous commit", "regressions", regressions),
+    ("GPU kernels against the peak (16k tokens, width 128)", "gpu-peak", gpu_peak),
     ("Kernel fallbacks", "kernels", fallbacks),
     ("Cells skipped or failed", "warnings", missing),
 )
