@@ -117,6 +117,9 @@ def test_warm_timings_stay_out_of_the_time_models_cells(frame_and_results):
     decode = cells[(cells["mode"] == "decode") & (cells["d"] == 4096)]
     # the cold times (two classes time it), not a median with the warm 80 us
     assert decode["value"].tolist() == [pytest.approx(105e-6)]
+    # the causal cell is not fitted (no feature for its skipped half); its twin is
+    forward = cells[(cells["mode"] == "forward") & (cells["d"] == 2048) & (cells["n"] == 2048)]
+    assert forward["causal"].tolist() == [False]
 
 
 def test_section_marks_throttling_and_names_the_spec_sheet(frame_and_results):

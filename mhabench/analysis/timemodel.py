@@ -212,8 +212,12 @@ def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
     frame has it, :mod:`mhabench.analysis.quick_speed`), one row per (group, config) (the
     median where several benchmarks time one config)."""
     # A warm-L2 reference timing (time_step_warm) is not the cell's time: the cold one is.
+    # Causal cells stay out too: the features have no term for the masked half a causal
+    # kernel skips (bench_gpu times them for the GPU section).
     warm = frame["benchmark"].str.endswith(WARM_SUFFIX)
-    cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna() & ~warm])
+    causal = frame["causal"].eq(True) if "causal" in frame else False
+    cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna() & ~warm
+                         & ~causal])
     if cells.empty:
         return cells
     cells = cells.assign(value=quick_values(cells))
