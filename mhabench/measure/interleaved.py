@@ -19,7 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.timing import Measurement, configure_process, prepare, timed_call
+from mhabench.measure.timing import (
+    Measurement,
+    before_sample,
+    configure_process,
+    prepare,
+    timed_call,
+)
 
 WARMUP_S = 0.02  # each visit's warm calls take at least this long
 
@@ -59,7 +65,9 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
             while warmup and (calls < warmup or time.perf_counter() - start < warmup_s):
                 step()
                 calls += 1
-            times[config].extend(timed_call(step) for _ in range(repeats))
+            for _ in range(repeats):
+                before_sample(config)  # a cold L2 on a GPU, as in asv's samples
+                times[config].append(timed_call(step))
             if probe is not None:
                 probes[config].extend([probe()] * repeats)
     return {c: Measurement(c, tuple(t), used, tuple(probes[c])) for c, t in times.items()}
