@@ -347,8 +347,10 @@ class AttentionBenchmark(abc.ABC):
         # After every sample (asv re-runs setup and teardown around each): the machine's
         # load so far, only in a time process (time_step's setup opened the window), with
         # the GPU's state for a CUDA cell.
+        # asv tears down after a setup that skipped the cell too (n/a): no config then.
+        config = getattr(self, "cfg", None)
         module = type(self).__module__.partition(".")[2] or type(self).__module__
-        gpu = _gpu_record if self.cfg.device == "cuda" else None
+        gpu = _gpu_record if config is not None and config.device == "cuda" else None
         machine_load.record(f"{module}.{type(self).__name__}.{_Sampling.method}", params,
                             gpu)
 
