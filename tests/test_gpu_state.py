@@ -123,3 +123,24 @@ def test_a_watch_reads_clocks_and_throttle_state():
     low, high = state["sm_mhz"]
     assert 0 < low <= high <= state["max_sm_mhz"]
     assert isinstance(state["throttled"], bool) and state["locked"] is False
+
+
+@pytest.mark.slow
+def test_asv_reports_the_gpu_cells_n_a_not_failed_without_a_gpu(asv_home):
+    """The real ``asv run`` of the cold/warm reference class under MHABENCH_DEVICES=cuda
+    on a machine without a GPU: each method's cell is n/a (asv tears a skipped cell
+    down too, and the teardown must not fail it)."""
+    if has_cuda():
+        pytest.skip("checks the no-GPU path")
+    env = {**os.environ, **asv_home, "MHABENCH_GRID": "quick", "MHABENCH_DEVICES": "cuda",
+           "MHABENCH_DTYPES": "bfloat16"}
+    done = subprocess.run([sys.executable, "-m", "asv", "run", "--python=same", "--quick",
+                           "-n", "-b", "L2Reference", "--machine", "pytest-machine",
+                           "--show-stderr"], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    assert " failed" not in log, log[-3000:]
+    for method in ("time_step", "time_step_warm"):
+        assert f"bench_gpu.L2Reference.{method}" in log
+    assert log.count("n/a") >= 2, log[-3000:]
