@@ -95,11 +95,12 @@ def load_results(args: argparse.Namespace, command: str) -> Any:
     :mod:`mhabench.analysis.quick_speed`); loading warnings go to stderr."""
     from mhabench.analysis.quick_speed import add_slowdown, beside_results
     from mhabench.analysis.results import load_results as load
+    from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
     from mhabench.measure.machine_load import read_records
 
     results = load(args.results, machine=args.machine)
     results.loads = read_records(getattr(args, "load", None)
-                                 or beside_results(results.root, "load"))
+                                 or beside_results(results.root, LOAD_FOLDER))
     results.frame, results.quick_probe_s = add_slowdown(results.frame, results.loads)
     for warning in results.warnings:
         print(f"mhabench {command}: warning: {warning}", file=sys.stderr)

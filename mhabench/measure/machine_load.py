@@ -37,6 +37,7 @@ from typing import Any
 from mhabench.measure import speed
 
 LOAD_DIR_ENV = "MHABENCH_LOAD_DIR"
+FOLDER = "load"  # the records' folder beside asv's results folder (.asv/load)
 # Another process's share of a core (averaged over a cell's samples) from which the cell's
 # timing counts as disturbed: one core-second in 4 (a second 1-thread job takes ~1).
 DISTURBED_CORES = 0.25
@@ -99,7 +100,7 @@ def load_dir() -> Path | None:
     if os.environ.get(LOAD_DIR_ENV):
         return Path(os.environ[LOAD_DIR_ENV])
     if os.environ.get("ASV_COMMIT") and os.environ.get("ASV_CONF_DIR"):
-        return Path(os.environ["ASV_CONF_DIR"]) / ".asv" / "load"
+        return Path(os.environ["ASV_CONF_DIR"]) / ".asv" / FOLDER
     return None
 
 

@@ -89,6 +89,7 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
     from mhabench.analysis.quick_speed import beside_results
     from mhabench.analysis.regressions import commit_order
     from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
+    from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
     from mhabench.measure.machine_load import read_records
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
@@ -101,7 +102,7 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
                                    validation=validation,
                                    loads=read_records(load_dir) if load_dir
                                    else results.loads if results.loads is not None
-                                   else read_records(beside_results(results.root, "load")),
+                                   else read_records(beside_results(results.root, LOAD_FOLDER)),
                                    confirmations=load_confirmations(
                                        confirm_dir or beside_results(results.root, "confirm")))
     sections = []

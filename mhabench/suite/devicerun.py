@@ -31,8 +31,10 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from mhabench.analysis.quick_speed import beside_results
 from mhabench.core.config import DEVICES, DTYPES
 from mhabench.measure import machine
+from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
 from mhabench.suite.bundle import BundleError, prepare_history
 from mhabench.suite.cells import CellListError, list_cells
 from mhabench.suite.device_plan import (
@@ -80,11 +82,11 @@ def pack_results(results_dir: Path, out: Path) -> Path:
     renamed, so a run killed mid-write leaves the previous tarball whole."""
     target = out / RESULTS_TARBALL
     partial = out / (RESULTS_TARBALL + ".partial")
-    load = results_dir.parent / "load"
+    load = beside_results(results_dir, LOAD_FOLDER)
     with tarfile.open(partial, "w:gz") as tar:
         tar.add(results_dir, arcname="results")
         if load.is_dir():
-            tar.add(load, arcname="load")
+            tar.add(load, arcname=LOAD_FOLDER)
     os.replace(partial, target)
     return target
 
@@ -221,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
 
     env.update({"ASV_COMMIT": facts["commit"],
                 "ASV_ENV_NAME": get_env_name("existing", args.python, {}, {}),
-                "MHABENCH_LOAD_DIR": str(results_dir.parent / "load")})
+                "MHABENCH_LOAD_DIR": str(beside_results(results_dir, LOAD_FOLDER))})
     name = args.machine
     asv = [args.python, "-m", "asv"]
     conf = ["--config", str(repo / args.config)]
