@@ -282,3 +282,29 @@ def test_the_documented_device_command_fits_its_8_minutes() -> None:
     assert any("PeakDecode.time_step" in line and "runs," in line for line in lines)
     total = float(re.search(r"runs, (\d+) s of a", lines[-1]).group(1))
     assert total <= budget
+
+
+@pytest.mark.parametrize("as_machine", [None, "renamed-h200"])
+def test_gpu_import_adds_the_load_records_under_any_machine_name(tmp_path: Path,
+                                                                 as_machine) -> None:
+    """The records beside a returned results folder name a commit and environment, not a
+    machine: they are added beside the destination whether or not the import renames the
+    machine, and never over a different record."""
+    from mhabench.suite.merge import MergeError, merge
+
+    src = tmp_path / "returned"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "gpu_results", src / "results")
+    record = src / "load" / "e88d9a04-existing-py" / "1-2.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"commit": "e88d9a04", "gpu": {"available": False}}))
+    dest = tmp_path / "here" / "results"
+    done = merge(src, dest, as_machine=as_machine)
+    copied = tmp_path / "here" / "load" / "e88d9a04-existing-py" / "1-2.json"
+    assert copied.read_bytes() == record.read_bytes()
+    assert any("1 load record(s) added" in line for line in done)
+    record.write_text("{}")  # the same name, other contents: refused, nothing written
+    again = tmp_path / "again" / "results"
+    shutil.copytree(dest, again)
+    shutil.copytree(copied.parent.parent, again.parent / "load")
+    with pytest.raises(MergeError, match="exists with other contents"):
+        merge(src, again, as_machine=as_machine)

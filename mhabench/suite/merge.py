@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 from mhabench.analysis.quick_speed import beside_results
+from mhabench.measure.machine_load import FOLDER as LOAD
 
 BENCHMARKS = "benchmarks.json"
-LOAD = "load"  # mhabench.measure.machine_load's records, beside the results folder
 
 
 class MergeError(ValueError):
@@ -185,6 +185,9 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         root = _results_root(src, scratch / "unpacked")
+        # from the source's own folder: the records name a commit and environment, not a
+        # machine, and a renamed copy of the results has none beside it
+        load_plan = _load_plan(root, dest)
         if as_machine is not None:
             copy = scratch / "renamed"
             shutil.copytree(root, copy)
@@ -195,7 +198,6 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
             _rename_machine(machines[0], as_machine)
             machines[0].rename(copy / as_machine)
             root = copy
-        load_plan = _load_plan(root, dest)
         plan: list[tuple[Path, Path]] = []
         unions: list[tuple[Path, dict]] = []
         for path in sorted(root.rglob("*")):
