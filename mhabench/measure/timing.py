@@ -22,6 +22,7 @@ from typing import Any
 
 from mhabench.core.config import AttentionConfig, UnavailableError, framework_installed
 from mhabench.core.cost import cost
+from mhabench.measure import cache_flush
 from mhabench.measure.allocator import retain_freed_memory, warm_until_settled
 from mhabench.measure.speed import slowdown
 
@@ -301,6 +302,4 @@ def before_sample(config: AttentionConfig, cold: bool = True) -> None:
     a GPU, a cold L2 (:mod:`mhabench.measure.cache_flush`) unless ``cold`` is False (the
     warm-cache reference cell). A CPU's caches are left as the previous call left them."""
     if cold and config.device == "cuda":
-        from mhabench.measure import cache_flush
-
         cache_flush.flush(config.framework)

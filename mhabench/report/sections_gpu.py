@@ -114,9 +114,6 @@ def gpu_section(ctx: Context) -> Section:
         section.tables.append(Table("gpu-prefill", "Prefill and training: layer TFLOP/s "
                                     "per kernel", _table(prefill, "tflop_s", "TFLOP/s",
                                                          ["mode", *SHAPE])))
-        best = prefill.loc[prefill.groupby(["machine", "mode", "causal", "dtype", "n", "d",
-                                            "heads", "kv_heads"])["tflop_s"].idxmax()]
-        section.facts["best"] = best
     if len(decode):
         section.tables.append(Table("gpu-decode", "Decode: TB/s read (cached K/V and "
                                     "weights) per backend",

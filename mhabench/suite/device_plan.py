@@ -29,10 +29,6 @@ class BenchClass:
     methods: dict[str, tuple[str, ...]]  # benchmark method -> asv names of its cells
 
     @property
-    def runs(self) -> int:
-        return sum(len(cells) for cells in self.methods.values())
-
-    @property
     def label(self) -> str:
         return f"{self.module}.{self.name}"
 
