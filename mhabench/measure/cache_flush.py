@@ -16,7 +16,6 @@ not toward ``track_step_bytes`` (a separate process).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 MIN_BYTES = 256 * 2**20
 _flushers: dict[str, Callable[[], None]] = {}
@@ -72,6 +71,6 @@ def flusher(framework: str) -> Callable[[], None]:
     return _flushers[framework]
 
 
-def flush(framework: str) -> Any:
+def flush(framework: str) -> None:
     """Overwrite the GPU's L2 from ``framework`` and wait until done."""
     flusher(framework)()
