@@ -10,12 +10,12 @@ are config fields plus ``threads``) and whose cells are the frameworks x backend
 parameters form a product, so one class per point is what keeps the design's cells few.
 
 The budget: 16 general points through the chapter's backends and plug-ins plus JAX
-blockwise, the loop backend only at h <= 16 (the second 8 cost 32 s of the quick grid's
-asv run at 1 thread, 254 s to 286 s), 16 decode points and 8 training points (27 s more:
-313 s at 5750368); torch.compile and FlexAttention compile for 2-3 s per cell and stay on
-the sweeps. No memory or kernel processes: the design is for time only. The tiny grid (CI)
-takes two small points of each design through batched and fused; the full grid 32
-general points, 16 decode and 16 training ones, every cell.
+blockwise, the loop backend only at h <= 16 (the second 8 cost 32 s of the quick grid's asv
+run at 1 thread, 254 s to 286 s), 32 decode points and 8 training points (27 s more: 313 s
+at 5750368, with 16 decode points); torch.compile and FlexAttention compile for 2-3 s per
+cell and stay on the sweeps. No memory or kernel processes: the design is for time only.
+The tiny grid (CI) takes two small points of each design through batched and fused; the
+full grid 32 general points, 32 decode and 16 training ones, every cell.
 """
 
 from typing import Any
@@ -50,12 +50,17 @@ POINTS = calibration_design(grid(tiny=2, quick=16, full=32),
 # Decode steps alone (``DecodeNN``), half of them cross-attention over a cached source, from
 # Sobol points no other design of the grid uses (a general point of decode mode at the same
 # point is the same config: the full grid's 32 general points and decode points from 16
-# timed 4 configs twice): sub-millisecond steps, about 4-5 s of the quick grid a point. 16
-# on the quick grid too: with 8, two had d > 400, and the time of a wide decode step (its
-# 4 d^2 projection weights read each call) was a guess the fit made from them.
-DECODE_POINTS = calibration_design(grid(tiny=2, quick=16, full=16), start=grid(
-    tiny=2, quick=16, full=48), box=grid(tiny=TINY_DECODE_BOX, quick=DECODE_BOX,
-                                         full=DECODE_BOX))
+# timed 4 configs twice): sub-millisecond steps, about 4-5 s of the quick grid a point. Two
+# balanced blocks of 16 (points 16-31 and 48-63 on the quick grid, 48-79 on full): with 8,
+# two had d > 400, and the time of a wide decode step (its 4 d^2 projection weights read each
+# call) was a guess the fit made from them; with 16, the K/V cache size that decides where a
+# decode step's reads spill rested on a few cells of each backend, and off-grid decode steps
+# read a median 22 % off their prediction (54 configs of seeds 701-706, 2026-12-04); with 32,
+# 14 % (see docs/report.md).
+DECODE_POINTS = [point for size, start in grid(tiny=[(2, 2)], quick=[(16, 16), (16, 48)],
+                                               full=[(16, 48), (16, 64)])
+                 for point in calibration_design(size, start=start, box=grid(
+                     tiny=TINY_DECODE_BOX, quick=DECODE_BOX, full=DECODE_BOX))]
 # Training steps alone (``TrainNN``), from the Sobol points after the first 32: a group's
 # training FLOP rate is a coefficient of its own, and the general design gives it two to
 # four cells.

@@ -139,16 +139,19 @@ def test_design_classes_name_the_config_they_time() -> None:
     print(json.dumps(out))
     """
     # full: every other class's CPU memory cell also gets the RSS cross-check there
-    for grid, size, decode, train in (("tiny", 2, 2, 2), ("quick", 16, 16, 8),
-                                      ("full", 32, 16, 16)):
+    # the decode design: balanced Sobol blocks of (size, start) per grid
+    decode_blocks = {"tiny": [(2, 2)], "quick": [(16, 16), (16, 48)],
+                     "full": [(16, 48), (16, 64)]}
+    for grid, size, decode, train in (("tiny", 2, 2, 2), ("quick", 16, 32, 8),
+                                      ("full", 32, 32, 16)):
         done = run_python(code, {"MHABENCH_GRID": grid})
         assert done.returncode == 0, done.stderr
         classes = json.loads(done.stdout.splitlines()[-1])
         assert len(classes) == size + decode + train
         tiny = grid == "tiny"
         points = calibration_design(size, box=TINY_BOX if tiny else QUICK_BOX)
-        decode_points = calibration_design(decode, box=TINY_DECODE_BOX if tiny else DECODE_BOX,
-                                           start=48 if grid == "full" else decode)
+        decode_points = [p for block, start in decode_blocks[grid] for p in calibration_design(
+            block, box=TINY_DECODE_BOX if tiny else DECODE_BOX, start=start)]
         train_points = calibration_design(train, box=TINY_TRAIN_BOX if tiny else TRAIN_BOX,
                                           start=4 if tiny else 32)
         assert [c[0] for c in classes] == [f"Design{i:02d}" for i in range(size)] + [
