@@ -115,7 +115,7 @@ def test_kv_heads_rule_mha_gqa_mqa() -> None:
 
 def test_design_classes_name_the_config_they_time() -> None:
     code = """
-    import json
+    import itertools, json
     from benchmarks import bench_design
     from benchmarks.common import config_of
     out = []
@@ -132,10 +132,12 @@ def test_design_classes_name_the_config_they_time() -> None:
                                             if kv[0].startswith(order) else -1, kv[0])):
         if name.startswith(order):
             cells = [[v[0] for v in cls.params]]
+            skipped = set(map(tuple, cls.skip_params))
+            timed = sorted({c[1] for c in itertools.product(*cls.params) if c not in skipped})
             out.append([name, cls.param_names, config_of(cls.param_names, cells[0]).to_dict(),
                         len(cls.params[1]), [m for m in ("track_kernel", "track_step_bytes",
                                                          "track_step_rss_bytes")
-                                             if hasattr(cls, m)]])
+                                             if hasattr(cls, m)], timed])
     print(json.dumps(out))
     """
     # full: every other class's CPU memory cell also gets the RSS cross-check there
@@ -163,12 +165,23 @@ def test_design_classes_name_the_config_they_time() -> None:
         # mode at another design's Sobol point would be that point)
         shapes = [tuple(sorted(p.items())) for p in points + decode_points + train_points]
         assert len(set(shapes)) == len(shapes), grid
-        for (_, names, config, backends, tracks), point in zip(
+        # torch.compile and FlexAttention (compiling 5 s a cell) through the first 8 general
+        # and 4 decode points of the quick grid; FlexAttention has no CPU backward
+        compiling = {name: {"compiled", "flex"} & set(timed)
+                     for name, _, _, _, _, timed in classes}
+        if grid == "quick":
+            assert {n for n, c in compiling.items() if c} == {
+                *(f"Design{i:02d}" for i in range(8)), *(f"Decode{i:02d}" for i in range(4))}
+            assert all("compiled" in c for n, c in compiling.items() if c)
+        if grid == "full":
+            # every point (FlexAttention's training steps on CUDA)
+            assert all(c == {"compiled", "flex"} for c in compiling.values()), compiling
+        for (_, names, config, backends, tracks, _), point in zip(
                 classes, points + decode_points + train_points, strict=True):
             assert names[-1] == "threads" and "threads" not in config
             assert {k: config[k] for k in point} == point  # the parameters are the point
             assert tracks == [], (grid, tracks)  # time only: no kernel or memory process
-            assert backends == (2 if grid == "tiny" else 5)
+            assert backends == (2 if grid == "tiny" else 7)  # + compiled, flex, blockwise
 
 
 def test_interleaved_timing_visits_configs_round_robin(monkeypatch: pytest.MonkeyPatch
