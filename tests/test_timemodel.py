@@ -451,6 +451,13 @@ def test_predict_marks_every_extrapolation(tmp_path: Path,
                  "--heads", "3"]) == 0
     captured = capsys.readouterr()
     assert "EXTRAPOLATED" not in captured.out and "extrapolation" not in captured.err
+    # causal cells never enter a fit: a causal config is predicted as its full step, and
+    # says so
+    assert model.extrapolation(inside.replace(causal=True)) == [
+        "causal=True not fitted (only False)"]
+    assert main(["predict", "--results", str(root), "--batch", "4", "-n", "384", "-d", "192",
+                 "--heads", "3", "--causal"]) == 0
+    assert "extrapolation: causal=True not fitted (only False)" in capsys.readouterr().err
 
 
 def test_the_jax_blockwise_backend_scores_its_padded_key_tiles() -> None:

@@ -75,8 +75,10 @@ FEATURE_SETS: tuple[tuple[str, ...], ...] = (
 MIN_CELLS = len(FEATURE_SETS[-1]) + 1  # one residual left over for the simplest model
 # Config fields whose fitted range a model records; a config outside any is extrapolated.
 RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
-# Categorical fields: a value the fit never saw is an extrapolation too.
-SEEN_FIELDS = ("mode", "cross", "masked")
+# Categorical fields: a value the fit never saw is an extrapolation too. Causal cells stay
+# out of every fit (:func:`timing_cells`), so a causal config is always one: predicted as its
+# full, non-causal step, which a causal kernel skips about half of.
+SEEN_FIELDS = ("mode", "cross", "masked", "causal")
 # ... and the pair of mode and cross: a group fitted on cross-attention forward steps and
 # self-attention decode steps has not seen a cross decode step (its K/V read is a cached
 # source, m new keys per query, unlike either): validated "inside" before this pair, cross

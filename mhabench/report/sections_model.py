@@ -227,7 +227,7 @@ def timemodel_section(ctx: Context) -> Section:
         "Each group gets the richest model with fewer coefficients (non-zero terms) than it "
         f"has cells, down to FLOPs + a constant; a group with fewer than {MIN_CELLS} cells "
         "is not fitted. Predictions outside the fitted ranges of batch, n, m, d, heads and "
-        "kv_heads (or at a mode, cross or masked value never fitted) are marked as "
+        "kv_heads (or at a mode, cross, masked or causal value never fitted) are marked as "
         "extrapolations, here and in mhabench predict.")
     errors = leave_out(ctx.timings)
     if errors.empty:
