@@ -211,6 +211,12 @@ def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
     assert anchored_line(out["summary"]) in section.text[0]
     summary = next(t.frame for t in section.tables if t.name == "summary")
     assert "all, against the grid's day" in summary["configs"].tolist()
+    by_mode = next(t.frame for t in section.tables if t.name == "by-mode")
+    modes = sorted({r["mode"] for r in rows})
+    assert by_mode["mode"].tolist() == modes and by_mode["cells"].sum() == 3
+    for mode, median in zip(by_mode["mode"], by_mode["median error (%)"], strict=True):
+        assert median == pytest.approx(100 * float(np.median(
+            [r["rel_error"] for r in rows if r["mode"] == mode])))
 
 
 def test_report_refuses_a_file_that_is_not_a_validation(tmp_path: Path,
