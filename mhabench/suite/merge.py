@@ -261,7 +261,7 @@ def _load_plan(root: Path, dest: Path) -> list[tuple[Path, Path]]:
     beside the results (``load/`` next to ``results/`` in a GPU run's tarball), to copy
     into the folder beside ``dest``; a record of the same name with other contents stops
     the merge (records are only ever added)."""
-    source = root.parent / LOAD
+    source = beside_results(root, LOAD)
     if not source.is_dir():
         return []
     plan = []
