@@ -217,9 +217,8 @@ def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
     # Causal cells stay out too: the features have no term for the masked half a causal
     # kernel skips (bench_gpu times them for the GPU section).
     warm = frame["benchmark"].str.endswith(WARM_SUFFIX)
-    causal = frame["causal"].eq(True) if "causal" in frame else False
     cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna() & ~warm
-                         & ~causal])
+                         & ~frame["causal"].eq(True)])
     if cells.empty:
         return cells
     cells = cells.assign(value=quick_values(cells))
