@@ -319,8 +319,7 @@ def validation_section(ctx: Context) -> Section:
     # per mode: a decode step's time is its reads, which depend on what stayed in a CPU cache
     # between calls, and its errors run higher than the others' (fresh samples of
     # 2026-12-04: median 15 % against 10-13 %); the overall median hides that
-    by_mode = _percent(error_summary(rows.assign(extrapolated=rows["extrapolated"].astype(bool)),
-                                     by=["mode"]))
+    by_mode = _percent(error_summary(rows, by=["mode"]))
     section = Section("", "", tables=[
         Table("summary", "Relative error on the random configs (%)", summary),
         Table("by-mode", "Relative error per mode, as measured (%)", by_mode),
