@@ -60,9 +60,16 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   it took from the terms forward and training steps do pay: off the grid their median
   errors were 14.2 % and 13.4 %; counted for decode alone, 12.6 % and 12.4 %, decode's
   unchanged at 23 %; 768 validate configs of seeds 200-265 re-predicted, 2026-12-04.)
-- ``kv_spill``: the same for decode steps whose K/V, as the backend reads them (the
-  cache, or the h-wide copy a repeating backend makes), are larger than a cache size (they
-  stay in a CPU cache between calls only while they fit).
+- ``kv_spill``: the part of those elements beyond a cache size, for decode steps whose K/V,
+  as the backend reads them (the cache, or the h-wide copy a repeating backend makes), are
+  larger than it (:func:`beyond`): a cache of C bytes keeps about C of them between calls,
+  and only the rest comes from memory. Counted whole once the K/V outgrew the cache (a
+  step at the size), decode steps just past it were over-predicted (a JAX batched cross
+  decode step over 12 MB ran 0.55x its prediction). Counted past the cache, decode steps'
+  median factor error went 15.2 % -> 13.6 % on 384 validate configs of seeds 701-716
+  (the worst relative error 158 % -> 72 %) and 14.4 % -> 13.9 % on the 1344 older ones
+  (178 % -> 141 %); grid leave-out 9.7 % -> 9.4 % (2026-12-04). Ramps over one or
+  two doublings past the size did no better, nor a second term past a 0.5-2 MiB cache.
 - ``kv_copy``: key/value elements a decode step copies before its attention reads them (the
   ``kv`` count once per copy, for the steps that copy; 0 for the rest), as the compiled
   steps show: a backend that repeats K/V (:data:`REPEATS_KV`) writes the h-wide copy
@@ -147,7 +154,7 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "decode_scores": "decode: scores again (batch*h*m, one cache row each)",
                   "spill": "attention map written beyond cache",
                   "kv": "decode: keys/values read (batch*m*2*width)",
-                  "kv_spill": "keys/values beyond cache",
+                  "kv_spill": "decode: keys/values read past the cache",
                   "kv_copy": "decode: keys/values copied before the read",
                   "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
                   "weight_grads": "training: weight gradients written (2d^2 + 2d*h_kv*p)",
@@ -188,7 +195,6 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
     kv = float(decode_kv_elements(config))
-    kv_spills = kv_cache_bytes is not None and decode_kv_bytes(config) > kv_cache_bytes
     # W_q and W_o always; W_k and W_v where the step projects keys/values
     weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
     loop_heads = (config.batch * config.d * (rows * config.heads + projected * config.kv_heads)
@@ -203,12 +209,20 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "unaligned_map": elements if ragged_rows else 0.0,
             "decode_scores": elements if decode else 0.0,
             "spill": elements if spills else 0.0, "kv": kv,
-            "kv_spill": kv if kv_spills else 0.0,
+            "kv_spill": kv * float(beyond(decode_kv_bytes(config), kv_cache_bytes)),
             "kv_copy": float(decode_kv_copied(config)), "weights": float(weights * factor),
             "weight_grads": float(weights) if config.mode == "train" else 0.0,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
             "projects_kv": float(factor) if projected else 0.0}
+
+
+def beyond(size: np.ndarray | float, cache_bytes: float | None) -> np.ndarray | float:
+    """The fraction of ``size`` bytes past a cache of ``cache_bytes`` (0 while they fit, or
+    with no cache size): the part of a step's reads that comes from memory."""
+    if cache_bytes is None:
+        return 0.0 * size
+    return np.clip(1.0 - cache_bytes / np.maximum(size, 1.0), 0.0, None)
 
 
 def scored_keys(config: AttentionConfig) -> int:
@@ -296,9 +310,8 @@ class CellFeatures:
         if cache_bytes is not None:
             spills = self.map_bytes > cache_bytes
             X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
-        if kv_cache_bytes is not None:
-            spills = self.decode_kv_bytes > kv_cache_bytes
-            X[spills, FEATURES.index("kv_spill")] = X[spills, FEATURES.index("kv")]
+        X[:, FEATURES.index("kv_spill")] = (X[:, FEATURES.index("kv")]
+                                            * beyond(self.decode_kv_bytes, kv_cache_bytes))
         return X
 
 
