@@ -6,7 +6,7 @@ For one machine x framework x backend x device x dtype, a config's time is model
         + c_unaligned_flops * unaligned_flops + c_unaligned_map * unaligned_map_elements
         + c_decode_scores * decode_scores
         + c_spill * spilled_map_elements
-        + c_kv * decode_kv_elements + c_kv_spill * spilled_kv_elements
+        + c_kv * decode_kv_elements + c_kv_spill * kv_elements_past_the_cache
         + c_kv_copy * copied_kv_elements + c_weights * weights
         + c_weight_grads * weight_gradients
         + c_loop_heads * loop_passes + c_heads * heads + c_const
@@ -149,7 +149,7 @@ class TimeModel:
     key: Key  # values of GROUP_KEY
     coef: dict[str, float]  # every feature; 0 for those outside ``features``
     cache_bytes: float | None  # map size beyond which the spill term applies
-    kv_cache_bytes: float | None  # K/V size beyond which the K/V spill term applies
+    kv_cache_bytes: float | None  # K/V bytes a cache keeps; kv_spill counts reads past them
     cells: int
     r2: float
     median_rel_error: float  # in-sample
