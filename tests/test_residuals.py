@@ -58,7 +58,9 @@ def test_load_window_counts_other_processes_and_steal_not_its_own(
 
     clock = {"wall": 100.0, "own": 5.0, "stat": (1000.0, 10.0)}
     monkeypatch.setattr(machine_load.time, "time", lambda: clock["wall"])
-    monkeypatch.setattr(machine_load.time, "process_time", lambda: clock["own"])
+    # The process family's CPU time (its own, and its compile workers', which
+    # test_machine_load covers): this pytest worker's real children would leave rounding.
+    monkeypatch.setattr(machine_load, "_family_cpu", lambda: clock["own"])
     monkeypatch.setattr(machine_load, "_proc_stat", lambda: clock["stat"])
     window = machine_load.Window.open()
     assert window is not None
