@@ -318,6 +318,31 @@ def test_machine_fit_recovers_the_kv_cache_size_shared_by_its_groups() -> None:
     assert all(m.kv_cache_bytes is None for m in fit_machine(forward_only).values())
 
 
+def test_reads_past_the_cache_need_cells_that_mostly_spill() -> None:
+    """A decode cell a sliver past the K/V cache size cannot set the rate of reads past it:
+    fitted to such a cell alone, the term would take any value and predict a long cache
+    thousands of times its time. With no two cells reading most of their K/V past the
+    cache the term is not fitted; with two it is."""
+    forward = [AttentionConfig(backend="fused", batch=b, n=n, d=d, heads=h)
+               for b in (2, 8) for n in (128, 512) for d in (64, 256) for h in (1, 4, 16)]
+    # b*(m+1)*2*256*4 bytes: m = 4096 is 2 KiB past an 8 MiB cache, the rest fit in it
+    decode = [AttentionConfig(backend="fused", mode="decode", batch=1, n=1, m=m, d=256,
+                              heads=16, kv_heads=kv)
+              for m in (512, 1024, 2048, 4096) for kv in (4, 16)]
+    coef = {**TRUE_COEF, "kv": 1e-9, "kv_spill": 4e-9}
+    cells = _cells(forward + decode, coef, 8 * 2**20)
+    sliver = cells["config_id"] == decode[-1].id
+    cells.loc[sliver, "value"] *= 1.2  # its process read it 20 % slow
+    model = fit_cells(cells, KEY, 8 * 2**20)
+    assert "kv_spill" not in model.features and model.coef["kv_spill"] == 0
+    long_cache = decode[-1].replace(batch=8)  # 67 MB, 7/8 of it past the cache
+    assert model.predict(long_cache) < 2 * synthetic_time(long_cache, coef)
+    # two cells reading most of their K/V past the cache set the term
+    spilled = [c.replace(batch=b) for c in decode[-1:] for b in (4, 8)]
+    model = fit_cells(_cells(forward + decode + spilled, coef, 8 * 2**20), KEY, 8 * 2**20)
+    assert model.coef["kv_spill"] == pytest.approx(4e-9, rel=1e-6)
+
+
 def test_a_mode_seen_only_without_cross_attention_is_an_extrapolation_with_it() -> None:
     """Fitted on cross-attention forward steps and self-attention decode steps: a cross
     decode step lies outside what the fit saw (each field alone was seen), and validate's

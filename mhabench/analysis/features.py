@@ -69,7 +69,10 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   median factor error went 15.2 % -> 13.6 % on 384 validate configs of seeds 701-716
   (the worst relative error 158 % -> 72 %) and 14.4 % -> 13.9 % on the 1344 older ones
   (178 % -> 141 %); grid leave-out 9.7 % -> 9.4 % (2026-12-04). Ramps over one or
-  two doublings past the size did no better, nor a second term past a 0.5-2 MiB cache.
+  two doublings past the size did no better, nor a second term past a 0.5-2 MiB cache. A
+  group fits it only where two of its cells read at least half their K/V past the cache
+  (:func:`mhabench.analysis.timemodel.fit_cells`): a cell a sliver past the size cannot
+  set its rate.
 - ``kv_copy``: key/value elements a decode step copies before its attention reads them (the
   ``kv`` count once per copy, for the steps that copy; 0 for the rest), as the compiled
   steps show: a backend that repeats K/V (:data:`REPEATS_KV`) writes the h-wide copy
