@@ -262,7 +262,8 @@ def test_projects_kv_is_fitted_only_where_cross_decode_steps_tell_it_from_const(
 
 def test_kv_spill_counts_the_decode_reads_past_the_cache() -> None:
     # The K/V as the backend reads them decide: the h_kv-wide cache, or the h-wide copy
-    # batched writes and reads each call; of those, the part past the cache size.
+    # batched writes and reads each call; of those, the part past the cache size, read and
+    # copied alike.
     dec = AttentionConfig(backend="batched", mode="decode", batch=4, n=1, m=4096, d=256,
                           heads=16)  # 32 MiB (and one position) of float32 K/V cache
     kv = feature_values(dec)["kv"]
@@ -270,7 +271,14 @@ def test_kv_spill_counts_the_decode_reads_past_the_cache() -> None:
     assert past == pytest.approx(kv - 8 * 2**20 / 4)  # all but the 8 MiB a cache keeps
     assert 0.74 * kv < past < 0.76 * kv
     mqa = dec.replace(kv_heads=1)  # 2 MiB stored, 32 MiB read after repeat_interleave
-    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == pytest.approx(past)
+    # the repeat writes the 32 MiB copy it then reads: twice the elements move past the cache
+    assert feature_values(mqa)["kv_copy"] == pytest.approx(kv)
+    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == pytest.approx(2 * past)
+    # a JAX batched self step copies its donated cache 4 times (XLA_SELF_CACHE_COPIES)
+    jax_dec = dec.replace(framework="jax")
+    assert feature_values(jax_dec)["kv_copy"] == pytest.approx(4 * kv)
+    assert feature_values(jax_dec, kv_cache_bytes=8 * 2**20)["kv_spill"] == pytest.approx(
+        5 * past)
     fused = mqa.replace(backend="fused")  # reads the 2 MiB cache as it is
     assert feature_values(fused, kv_cache_bytes=8 * 2**20)["kv_spill"] == 0
     assert feature_values(fused, kv_cache_bytes=2**20)["kv_spill"] == pytest.approx(
@@ -281,10 +289,10 @@ def test_kv_spill_counts_the_decode_reads_past_the_cache() -> None:
     assert feature_values(fwd, kv_cache_bytes=2**20)["kv_spill"] == 0
     # the fit's matrix counts the same
     table = CellFeatures.of(pd.DataFrame([{**vars(c), "config_id": c.id}
-                                          for c in (dec, mqa, fused, fwd)]))
+                                          for c in (dec, mqa, jax_dec, fused, fwd)]))
     column = table.matrix(None, 8 * 2**20)[:, FEATURES.index("kv_spill")]
     assert list(column) == pytest.approx([feature_values(c, None, 8 * 2**20)["kv_spill"]
-                                          for c in (dec, mqa, fused, fwd)])
+                                          for c in (dec, mqa, jax_dec, fused, fwd)])
 
 
 def _cells(configs: list[AttentionConfig], coef: dict, kv_cache: float) -> pd.DataFrame:

@@ -72,7 +72,15 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   two doublings past the size did no better, nor a second term past a 0.5-2 MiB cache. A
   group fits it only where two of its cells read at least half their K/V past the cache
   (:func:`mhabench.analysis.timemodel.fit_cells`): a cell a sliver past the size cannot
-  set its rate.
+  set its rate. The copies a step makes of its K/V (``kv_copy``) count here too, at the
+  same rate: a copy of a cache larger than the cache reads and writes memory as the
+  attention's read does. With the reads alone, JAX batched decode steps (a self step
+  copies its cache 4 times) read a median 14.1 % off their prediction off the grid, a
+  quarter of them more than 35 % off (self steps over 18-46 MB caches 1.5x their
+  prediction, cross steps over 10-40 MB 0.4-0.7x: one rate for both); with the copies,
+  11.8 % and 14 %, torch batched decode steps more than 35 % off 11 % -> 7 %, all decode
+  steps 12.9 % -> 12.5 % (factor errors, 2160 validate configs of 90 seeds re-predicted on
+  the grid of 7582fc9, 2026-12-04); grid leave-out 10.4 % -> 10.5 %.
 - ``kv_copy``: key/value elements a decode step copies before its attention reads them (the
   ``kv`` count once per copy, for the steps that copy; 0 for the rest), as the compiled
   steps show: a backend that repeats K/V (:data:`REPEATS_KV`) writes the h-wide copy
@@ -157,7 +165,7 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "decode_scores": "decode: scores again (batch*h*m, one cache row each)",
                   "spill": "attention map written beyond cache",
                   "kv": "decode: keys/values read (batch*m*2*width)",
-                  "kv_spill": "decode: keys/values read past the cache",
+                  "kv_spill": "decode: keys/values read or copied past the cache",
                   "kv_copy": "decode: keys/values copied before the read",
                   "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
                   "weight_grads": "training: weight gradients written (2d^2 + 2d*h_kv*p)",
@@ -198,6 +206,7 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
     # attention_map_bytes is 0 where the kernel keeps the map in tiles: it cannot spill.
     spills = cache_bytes is not None and terms.attention_map_bytes > cache_bytes
     kv = float(decode_kv_elements(config))
+    copied = float(decode_kv_copied(config))
     # W_q and W_o always; W_k and W_v where the step projects keys/values
     weights = 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
     loop_heads = (config.batch * config.d * (rows * config.heads + projected * config.kv_heads)
@@ -212,8 +221,8 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "unaligned_map": elements if ragged_rows else 0.0,
             "decode_scores": elements if decode else 0.0,
             "spill": elements if spills else 0.0, "kv": kv,
-            "kv_spill": kv * float(beyond(decode_kv_bytes(config), kv_cache_bytes)),
-            "kv_copy": float(decode_kv_copied(config)), "weights": float(weights * factor),
+            "kv_spill": (kv + copied) * float(beyond(decode_kv_bytes(config), kv_cache_bytes)),
+            "kv_copy": copied, "weights": float(weights * factor),
             "weight_grads": float(weights) if config.mode == "train" else 0.0,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
@@ -313,8 +322,8 @@ class CellFeatures:
         if cache_bytes is not None:
             spills = self.map_bytes > cache_bytes
             X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
-        X[:, FEATURES.index("kv_spill")] = (X[:, FEATURES.index("kv")]
-                                            * beyond(self.decode_kv_bytes, kv_cache_bytes))
+        moved = X[:, FEATURES.index("kv")] + X[:, FEATURES.index("kv_copy")]
+        X[:, FEATURES.index("kv_spill")] = moved * beyond(self.decode_kv_bytes, kv_cache_bytes)
         return X
 
 

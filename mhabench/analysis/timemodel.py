@@ -285,15 +285,16 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
 
 def _determined(X: np.ndarray, feature: str) -> bool:
     """Whether the cells can set ``feature``'s coefficient. The K/V read past the cache
-    needs :data:`MIN_SPILLED` cells that read at least half their K/V past it: a cell just
-    past the size holds a sliver of the feature, and fitted to such cells alone the term
-    took any value (a leave-out fold of JAX's loop backend without its two long caches put
-    1 us on each element past an 8 MiB cache, and predicted its 69 MB step at 16 s, 2300x
-    its 6.9 ms)."""
+    needs :data:`MIN_SPILLED` cells that read (or copy) at least half their K/V past it
+    (K/V larger than twice the cache): a cell just past the size holds a sliver of the
+    feature, and fitted to such cells alone the term took any value (a leave-out fold of
+    JAX's loop backend without its two long caches put 1 us on each element past an 8 MiB
+    cache, and predicted its 69 MB step at 16 s, 2300x its 6.9 ms)."""
     if feature != "kv_spill":
         return True
-    kv, past = X[:, FEATURES.index("kv")], X[:, FEATURES.index("kv_spill")]
-    return not past.any() or int(np.sum((kv > 0) & (past >= 0.5 * kv))) >= MIN_SPILLED
+    moved = X[:, FEATURES.index("kv")] + X[:, FEATURES.index("kv_copy")]
+    past = X[:, FEATURES.index("kv_spill")]
+    return not past.any() or int(np.sum((moved > 0) & (past >= 0.5 * moved))) >= MIN_SPILLED
 
 
 def _distinct(X: np.ndarray, columns: Sequence[int]) -> list[int]:
