@@ -21,6 +21,7 @@ from mhabench.analysis.timemodel import (
     fit_machine,
     fit_models,
     nnls,
+    pool_small_groups,
     robust_log_fit,
     select_model,
     timing_cells,
@@ -349,6 +350,44 @@ def test_reads_past_the_cache_need_cells_that_mostly_spill() -> None:
     spilled = [c.replace(batch=b) for c in decode[-1:] for b in (4, 8)]
     model = fit_cells(_cells(forward + decode + spilled, coef, 8 * 2**20), KEY, 8 * 2**20)
     assert model.coef["kv_spill"] == pytest.approx(4e-9, rel=1e-6)
+
+
+def test_a_prior_settles_what_the_cells_cannot_tell_apart() -> None:
+    # Two identical columns: the cells fix only their sum (1.0); the prior fixes the split.
+    A = np.column_stack([np.ones(20), np.ones(20)])
+    fitted = robust_log_fit(A, np.array([0.5, 0.5]), prior=np.array([0.8, 0.2]))
+    assert fitted.sum() == pytest.approx(1.0, rel=0.02)
+    assert fitted == pytest.approx([0.8, 0.2], abs=0.02)
+    # ... and gives way to the cells where they tell: a prior at twice the one column's
+    # coefficient moves it by under a few %
+    assert robust_log_fit(A[:, :1], np.array([1.0]), prior=np.array([2.0]))[0] == (
+        pytest.approx(1.0, rel=0.05))
+
+
+def test_a_group_with_few_cells_per_term_takes_its_frameworks_rates() -> None:
+    """A group whose cells cannot tell its per-call cost from its per-head cost (all at
+    h = 8 and d = 256) is pulled toward the median of the framework's well-fitted groups,
+    and predicts other head counts; fitted alone, it puts the cost on any of the terms."""
+    wide = [AttentionConfig(backend="fused", batch=b, n=n, d=d, heads=h)
+            for b in (1, 4) for n in (64, 256) for d in (128, 512) for h in (1, 4, 16)]
+    coef = {**TRUE_COEF, "kv": 0.0}
+    groups = {("synth", "torch", be, "cpu", "float32"):
+              _cells([c.replace(backend=be) for c in wide], coef, None)
+              for be in ("batched", "fused", "loop")}
+    small = ("synth", "torch", "flex", "cpu", "float32")
+    groups[small] = _cells([AttentionConfig(backend="flex", batch=b, n=n, d=256, heads=8)
+                            for b, n in ((1, 32), (1, 64), (1, 128), (1, 512), (2, 32),
+                                         (2, 64), (2, 128))], coef, None)
+    models = fit_machine(groups)
+    assert [k[2] for k, m in models.items() if m.pooled] == ["flex"]
+    alone = fit_cells(groups[small], small)
+    far = AttentionConfig(backend="flex", batch=2, n=128, d=256, heads=64)
+    truth = synthetic_time(far, coef)
+    assert models[small].predict(far) == pytest.approx(truth, rel=0.05)
+    assert abs(alone.predict(far) / truth - 1) > 0.15  # what the prior fixes
+    # the models of well-fitted groups are left as they were
+    assert pool_small_groups({k: m for k, m in models.items() if k != small}, groups) == {
+        k: m for k, m in models.items() if k != small}
 
 
 def test_a_mode_seen_only_without_cross_attention_is_an_extrapolation_with_it() -> None:

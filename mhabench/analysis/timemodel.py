@@ -21,19 +21,16 @@ otherwise pick one by chance. Those choices are made by non-negative least squar
 *relative* residuals (each row divided by its measured time), so a 2 ms cell counts as
 much as a 2 s one; the chosen terms' coefficients are then refitted from that solution on
 log residuals under a soft-L1 loss (:func:`robust_log_fit`): each cell counts by its
-factor error, and a cell its process read 2-3x off stops pulling the rest. Against
-re-predicted validate samples (240 configs, seeds 200-223, 2026-12-03) the refit moved the
-median error from 17.5 % to 15.9 % and the 90th percentile from 59 % to 46 %; on the three
-samples drawn after it was chosen (72 configs, seeds 221-223): median 17.4 % to 19.0 %,
-90th percentile 55 % to 39 %, worst 236 % to 82 %. A group gets
-the full model only when it has more cells than the model has coefficients (those whose
+factor error, and a cell its process read 2-3x off stops pulling the rest. A group gets the
+full model only when it has more cells than the model has coefficients (those whose
 feature is not zero on every cell); otherwise the next simpler model of
 :data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
-under-determined (:class:`UnderDetermined`), not fitted. Each model records the ranges of
-the configs it was fitted on, and :meth:`TimeModel.extrapolation` names every field of a
-config outside them. The per-head split of a head sweep is in
-:mod:`mhabench.analysis.decomposition`, the accuracy checks in
-:mod:`mhabench.analysis.validation`.
+under-determined (:class:`UnderDetermined`), not fitted; a group with fewer than two cells
+per coefficient is refitted toward its framework's rates (:func:`pool_small_groups`).
+Each model records the ranges of the configs it was fitted on, and
+:meth:`TimeModel.extrapolation` names every field of a config outside them. The per-head
+split of a head sweep is in :mod:`mhabench.analysis.decomposition`, the accuracy checks
+in :mod:`mhabench.analysis.validation`.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import scipy.optimize
 
 from mhabench.analysis.features import (
     CACHE_CANDIDATES,
@@ -58,10 +54,12 @@ from mhabench.analysis.features import (
 )
 from mhabench.analysis.quick_speed import quick_values
 from mhabench.analysis.results import latest
+from mhabench.analysis.solvers import nnls, robust_log_fit
 from mhabench.core.config import AttentionConfig
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
-           "feature_matrix", "feature_values", "decode_kv_bytes"]  # re-exported
+           "feature_matrix", "feature_values", "decode_kv_bytes", "nnls",
+           "robust_log_fit"]  # re-exported
 
 # The models a group may get, richest first: the first with fewer coefficients than the
 # group has cells is fitted (the spill terms count only where a cache size makes them
@@ -74,6 +72,11 @@ FEATURE_SETS: tuple[tuple[str, ...], ...] = (
 )
 MIN_CELLS = len(FEATURE_SETS[-1]) + 1  # one residual left over for the simplest model
 MIN_SPILLED = 2  # cells reading most of their K/V past the cache, to fit that term (_determined)
+# A group with fewer cells than this per fitted coefficient (torch.compile and
+# FlexAttention, which the quick grid times at 15-17 cells for 10-13 terms, JAX's
+# reference layer) is pulled toward its framework's rates (:func:`pool_small_groups`).
+CELLS_PER_TERM = 2
+MIN_PRIOR_GROUPS = 3  # well-fitted groups of a framework whose median is a term's prior
 # Config fields whose fitted range a model records; a config outside any is extrapolated.
 RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
 # Categorical fields: a value the fit never saw is an extrapolation too. Causal cells stay
@@ -94,46 +97,12 @@ GROUP_KEY = ("machine", "framework", "backend", "device", "dtype")
 # Losses (sums of squared relative residuals) closer than this are a tie: on exact data the
 # solver's rounding would otherwise let a useless cache size "earn" its place.
 LOSS_TIE = 1e-12
-# The coefficients' second stage: log residuals under scipy's soft-L1 loss, quadratic up to
-# about this factor error (10 %) and linear beyond, so a cell read 2-3x off by its
-# process's noise stops pulling the rest.
-ROBUST_SCALE = 0.1
 
 Key = tuple[str, ...]
 
 
 class UnderDetermined(ValueError):
     """A group with too few cells for even the simplest model: not fitted."""
-
-
-def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """min ||A x - b||_2 subject to x >= 0, by :func:`scipy.optimize.nnls`.
-
-    Columns are scaled to unit norm first: the features differ by ten orders of
-    magnitude (FLOPs vs a constant), which would otherwise swamp the solver's tolerances.
-    """
-    scaled, norms = _unit_columns(A)
-    x, _ = scipy.optimize.nnls(scaled, np.asarray(b, dtype=float))
-    return x / norms
-
-
-def _unit_columns(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``A`` with each non-zero column scaled to unit norm, and the norms (1 for zero ones)."""
-    A = np.asarray(A, dtype=float)
-    norms = np.linalg.norm(A, axis=0)
-    norms[norms == 0] = 1.0
-    return A / norms, norms
-
-
-def robust_log_fit(A: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """min sum soft_l1(log(A x)) subject to x >= 0 (rows of ``A``: features / measured
-    time, so log(A x) is a cell's log factor error), from ``start`` (nnls's solution), by
-    :func:`scipy.optimize.least_squares`; columns scaled to unit norm as in :func:`nnls`."""
-    scaled, norms = _unit_columns(A)
-    done = scipy.optimize.least_squares(
-        lambda x: np.log(np.maximum(scaled @ x, 1e-9)), start * norms, bounds=(0, np.inf),
-        loss="soft_l1", f_scale=ROBUST_SCALE)
-    return done.x / norms
 
 
 def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -160,6 +129,7 @@ class TimeModel:
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # RANGE_FIELDS
     seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # SEEN_FIELDS
     level: int = 0  # index of the FEATURE_SETS model fitted
+    pooled: bool = False  # pulled toward its framework's rates (few cells per term)
 
     @property
     def reduced(self) -> bool:
@@ -198,7 +168,8 @@ class TimeModel:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dict(zip(GROUP_KEY, self.key, strict=True)), "cells": self.cells, "r2": self.r2,
+        return {**dict(zip(GROUP_KEY, self.key, strict=True)), "cells": self.cells,
+                "pooled": self.pooled, "r2": self.r2,
                 "median_rel_error": self.median_rel_error, "separable": self.separable,
                 "features": list(self.features), "cache_bytes": self.cache_bytes,
                 "kv_cache_bytes": self.kv_cache_bytes,
@@ -242,12 +213,15 @@ def _ranges(cells: pd.DataFrame) -> tuple[dict[str, tuple[int, int]],
 
 def fit_cells(cells: pd.DataFrame, key: Key = (),
               kv_cache_bytes: float | None = None,
-              features_of: CellFeatures | None = None) -> TimeModel:
+              features_of: CellFeatures | None = None,
+              prior: Mapping[str, float] | None = None) -> TimeModel:
     """Fit one :class:`TimeModel` to cells of one group, with the K/V spill term starting
     at ``kv_cache_bytes`` (a machine's, see :func:`fit_machine`): the richest model of
     :data:`FEATURE_SETS` with fewer coefficients than cells. Raises
     :class:`UnderDetermined` when even the simplest has as many coefficients as cells.
-    ``features_of``: the cells' features if already computed."""
+    ``features_of``: the cells' features if already computed; ``prior``: coefficients the
+    second stage pulls the fitted ones toward (:func:`mhabench.analysis.solvers.robust_log_fit`),
+    the model then ``pooled``."""
     t = cells["value"].to_numpy(dtype=float)
     table = features_of if features_of is not None else CellFeatures.of(cells)
     for level, features in enumerate(FEATURE_SETS):
@@ -272,7 +246,8 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
             "under-determined, not fitted")
     loss, cache, X, coef, used, level = best
     at = [FEATURES.index(f) for f in used]
-    coef[at] = robust_log_fit(X[:, at] / t[:, None], coef[at])
+    pull = None if prior is None else np.array([prior.get(f, 0.0) for f in used])
+    coef[at] = robust_log_fit(X[:, at] / t[:, None], coef[at], pull)
     predicted = X @ coef
     heads = FEATURES.index("heads")
     separable = len(np.unique(np.round(X[:, FEATURES.index("map")] / X[:, heads]))) > 1
@@ -280,7 +255,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     return TimeModel(key, dict(zip(FEATURES, map(float, coef), strict=True)), cache,
                      kv_cache_bytes, len(cells), r_squared(t, predicted),
                      float(np.median(np.abs(predicted / t - 1))), separable, loss, used,
-                     ranges, seen, level)
+                     ranges, seen, level, pooled=prior is not None)
 
 
 def _determined(X: np.ndarray, feature: str) -> bool:
@@ -321,7 +296,43 @@ def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:
     tables = {k: CellFeatures.of(g) for k, g in groups.items()}
     fits = [{key: fit_cells(cells, key, kv_cache, tables[key]) for key, cells in groups.items()}
             for kv_cache in (None, *CACHE_CANDIDATES)]
-    return fits[_pick([sum(m.loss for m in models.values()) for models in fits])]
+    models = fits[_pick([sum(m.loss for m in models.values()) for models in fits])]
+    return pool_small_groups(models, groups, tables)
+
+
+def _well_fitted(model: TimeModel) -> bool:
+    return model.cells >= CELLS_PER_TERM * len(model.features)
+
+
+def pool_small_groups(models: Mapping[Key, TimeModel], groups: Mapping[Key, pd.DataFrame],
+                      tables: Mapping[Key, CellFeatures] | None = None
+                      ) -> dict[Key, TimeModel]:
+    """``models`` with each group of fewer than :data:`CELLS_PER_TERM` cells per fitted
+    coefficient refitted toward its framework's rates: a term's prior is its median
+    coefficient over the framework's well-fitted groups (at least
+    :data:`MIN_PRIOR_GROUPS` fitting it; a term without one is fitted as before).
+
+    What such a group's few cells cannot tell apart lands anywhere: FlexAttention's 15
+    cells (6 decode steps) put its per-call cost at 0 and 4.3 us on each head, and its
+    decode steps off the grid read a median 28 % off their prediction, 44 % of them more
+    than 35 % off (3.2x over at h = 23); pulled, 12 % and 13 %. Over the 2328 validate
+    configs of seeds 200-750 (re-predicted, 2026-12-04): configs more than 35 % off 8.9 %
+    -> 7.9 %, the 90th percentile 28.5 % -> 27.1 %, the median 10.3 % -> 10.0 %."""
+    rates: dict[str, dict[str, list[float]]] = {}
+    for key, model in models.items():
+        if _well_fitted(model):
+            for name in model.features:
+                rates.setdefault(key[1], {}).setdefault(name, []).append(model.coef[name])
+    priors = {framework: {name: float(np.median(values)) for name, values in terms.items()
+                          if len(values) >= MIN_PRIOR_GROUPS}
+              for framework, terms in rates.items()}
+    out = dict(models)
+    for key, model in models.items():
+        if not _well_fitted(model) and priors.get(key[1]):
+            table = tables[key] if tables is not None else None
+            out[key] = fit_cells(groups[key], key, model.kv_cache_bytes, table,
+                                 prior=priors[key[1]])
+    return out
 
 
 def _pick(losses: Sequence[float]) -> int:

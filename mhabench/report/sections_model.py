@@ -176,7 +176,9 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
         rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "cells": model.cells,
                      "terms fitted": " + ".join(model.features)
                      + (" (reduced: too few cells for the full model)" if model.reduced
-                        else ""),
+                        else "")
+                     + (" (pooled: few cells per term, pulled toward the framework's rates)"
+                        if model.pooled else ""),
                      "R^2": model.r2,
                      "in-sample median error (%)": 100 * model.median_rel_error,
                      "FLOP rate (GFLOP/s)": 1e-9 / c["flops"] if c["flops"] > 0 else np.inf,
