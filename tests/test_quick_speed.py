@@ -15,6 +15,8 @@ from fixtures.synthetic_asv import synthetic_time, write_results
 
 from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown, quick_values
 from mhabench.analysis.results import load_results
+from mhabench.analysis.timemodel import timing_cells
+from mhabench.analysis.validation import leave_out
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
 from mhabench.measure import speed
@@ -105,6 +107,25 @@ def test_the_slowdown_is_the_probe_over_the_machine_quick_reading(tmp_path: Path
     # a machine none of whose cells has a probe: no reference, nothing divided
     bare, none = add_slowdown(results.frame, {})
     assert none == {} and (bare[SLOWDOWN] == 1).all()
+
+
+def test_timing_cells_read_each_cell_at_quick_speed_once(tmp_path: Path) -> None:
+    """The fit's cells passed through again (the report fits its leave-out on the cells it
+    already holds) read the same values, and the leave-out from them is the one from the
+    frame: a cell is not divided by its slowdown twice."""
+    root, slowed = _slow_results(tmp_path)
+    frame, _ = add_slowdown(load_results(root).frame, read_records(tmp_path / ".asv" / "load"))
+    cells = timing_cells(frame)
+    again = timing_cells(cells)
+    assert list(again["config_id"]) == list(cells["config_id"])
+    assert np.allclose(again["value"], cells["value"], rtol=1e-12)
+    timed = frame[frame["kind"] == "time"].set_index("config_id")
+    slow = timed[timed[SLOWDOWN] > 1.2].index  # cells read in the slow stretch
+    assert len(slow) >= 5
+    read = cells.set_index("config_id")["value"]
+    assert np.allclose(read[slow], timed.loc[slow, "value"] / timed.loc[slow, SLOWDOWN])
+    from_frame, from_cells = leave_out(frame), leave_out(cells)
+    assert np.allclose(from_cells["predicted_s"], from_frame["predicted_s"], rtol=1e-9)
 
 
 def test_a_cell_probe_is_the_geometric_mean_of_its_processes_and_none_when_one_lacks_it(
