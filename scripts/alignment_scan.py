@@ -62,7 +62,7 @@ def main() -> None:
     for aligned, ragged in pairs:
         model = select_model(models, aligned, args.machine)
         plain = replace(model, coef={**model.coef, "unaligned_flops": 0.0,
-                                     "unaligned_map": 0.0})
+                                     "unaligned_map": 0.0, "unaligned_rows": 0.0})
         ratio = [measured[c].median_s / plain.predict(c) for c in (aligned, ragged)]
         ratios[(aligned.framework, aligned.backend)].append(ratio[1] / ratio[0])
         print(f"{aligned.id}: measured / predicted {ratio[0]:.3f}, twin {ragged.id} "

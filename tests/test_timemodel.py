@@ -193,10 +193,15 @@ def test_unaligned_terms_count_steps_off_multiples_of_16_floats() -> None:
     assert narrow["unaligned_map"] == narrow["map"]
     train = feature_values(aligned.replace(mode="train", d=248))
     assert train["unaligned_map"] == train["map"] == 3 * narrow["map"]
+    # ... and their score rows, one per query row and head, whatever m is
+    assert feature_values(aligned)["unaligned_rows"] == cross["unaligned_rows"] == 0
+    assert values["unaligned_rows"] == 2 * 8 * 500 and narrow["unaligned_rows"] == 2 * 8 * 512
+    assert train["unaligned_rows"] == 3 * narrow["unaligned_rows"]
+    assert feature_values(aligned.replace(cross=True, m=500))["unaligned_rows"] == 2 * 8 * 512
     # a decode step's time is its reads: no alignment term, whatever its shape; its scores
     # (one cache row each) count again at their own rate, a forward step's do not
     dec = feature_values(aligned.replace(mode="decode", n=1, m=500, d=248))
-    assert dec["unaligned_flops"] == dec["unaligned_map"] == 0
+    assert dec["unaligned_flops"] == dec["unaligned_map"] == dec["unaligned_rows"] == 0
     assert dec["decode_scores"] == dec["map"] == 2 * 8 * 501  # m + 1 positions
     assert values["decode_scores"] == train["decode_scores"] == 0
 

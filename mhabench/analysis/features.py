@@ -29,6 +29,15 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   steps' median factor error went 13.2 % -> 10.6 %, all modes' 13.2 % -> 12.2 %, the 90th
   percentile 45 % -> 39 %, leave-out 14.9 % -> 12.4 % (840 validate configs of seeds
   200-265 and 301-303 re-predicted on the 16-point quick design, 2026-12-04).
+- ``unaligned_rows``: the score rows (``batch * h * n``, one per query row and head) of
+  those steps whose m or p is off: each row's remainder past the last whole vector is a
+  scalar tail of the softmax's and the matmuls' loops, a cost per row whatever its length,
+  which a count per score charges long rows for and short ones not. With it (2472
+  validate configs of seeds 200-759 re-predicted on the grid of 7582fc9, 2026-12-04): the
+  median relative error 10.1 % -> 9.6 %, forward steps' 8.1 % -> 7.7 % (torch batched and
+  fused 10.4 % -> 8.1 % and 6.7 % -> 4.8 %), the 90th percentile 27.4 % -> 26.5 %, seeds
+  whose median meets 10 % 49 -> 61 of 103; the 144 configs of seeds 754-759, drawn before
+  it was tried, 10.7 % -> 9.8 %; grid leave-out 10.3 % -> 9.7 %.
 - ``map``: one per score (``batch * h * n * m``): the elementwise work (scale, mask,
   softmax), which every kernel does, and the narrow-head penalty: a matmul over a
   contraction of width p runs at an efficiency about p / (p + p0), so its time is
@@ -154,13 +163,14 @@ from mhabench.core.backends import KEY_BLOCK
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
-FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "decode_scores",
-            "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads", "loop_heads",
-            "heads", "const", "projects_kv")
+FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "unaligned_rows",
+            "decode_scores", "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads",
+            "loop_heads", "heads", "const", "projects_kv")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "unaligned_flops": "FLOPs again where n, m, d or p is not a multiple of 16",
                   "unaligned_map": "scores again where m or p is not a multiple of 16",
+                  "unaligned_rows": "score rows (b*h*n) where m or p is not a multiple of 16",
                   "map": "per score (batch*h*n*m): softmax, narrow heads",
                   "decode_scores": "decode: scores again (batch*h*m, one cache row each)",
                   "spill": "attention map written beyond cache",
@@ -219,6 +229,8 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "unaligned_flops": float(terms.flops_model) if ragged else 0.0,
             "map": elements,
             "unaligned_map": elements if ragged_rows else 0.0,
+            "unaligned_rows": float(config.batch * config.heads * rows * factor)
+            if ragged_rows else 0.0,
             "decode_scores": elements if decode else 0.0,
             "spill": elements if spills else 0.0, "kv": kv,
             "kv_spill": (kv + copied) * float(beyond(decode_kv_bytes(config), kv_cache_bytes)),

@@ -4,6 +4,7 @@ For one machine x framework x backend x device x dtype, a config's time is model
 
     t = c_flops * flops_model + c_train * training_flops + c_map * map_elements
         + c_unaligned_flops * unaligned_flops + c_unaligned_map * unaligned_map_elements
+        + c_unaligned_rows * unaligned_score_rows
         + c_decode_scores * decode_scores
         + c_spill * spilled_map_elements
         + c_kv * decode_kv_elements + c_kv_spill * kv_elements_past_the_cache

@@ -190,6 +190,7 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "b*h*n*m term": SCORE_TERMS[writes],
                      "b*h*n*m (ns/score)": 1e9 * c["map"],
                      "unaligned, again (ns/score)": 1e9 * c["unaligned_map"],
+                     "unaligned, per row (ns/row)": 1e9 * c["unaligned_rows"],
                      "decode scores, again (ns/score)": 1e9 * c["decode_scores"],
                      # bytes moved per score only means something where the map is written
                      "map bytes/score at copy bandwidth": c["map"] * bw * 1e9 if writes
