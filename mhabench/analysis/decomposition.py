@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.results import config_from_row
-from mhabench.analysis.timemodel import FEATURES, TimeModel, r_squared
+from mhabench.analysis.solvers import r_squared
+from mhabench.analysis.timemodel import FEATURES, TimeModel
 
 GOOD_R2 = 0.9
 GOOD_RESIDUAL = 0.2

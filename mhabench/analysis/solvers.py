@@ -1,12 +1,16 @@
-"""The time model's two fitting stages, on rows of features divided by measured time.
+"""The time model's numerics, on rows of features divided by measured time.
 
 :func:`nnls` (scipy's non-negative least squares on relative residuals) chooses the terms
 and cache sizes; :func:`robust_log_fit` refits the chosen terms' coefficients on log
 residuals under a soft-L1 loss, optionally pulled toward prior coefficients (a group with
-few cells borrowing its framework's rates, :mod:`mhabench.analysis.timemodel`).
+few cells borrowing its framework's rates, :mod:`mhabench.analysis.timemodel`);
+:func:`distinct_columns` drops the columns a fit cannot tell apart, :func:`r_squared`
+scores one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.optimize
@@ -68,3 +72,24 @@ def robust_log_fit(A: np.ndarray, start: np.ndarray,
     done = scipy.optimize.least_squares(residuals, start * norms, bounds=(0, np.inf),
                                         loss="soft_l1", f_scale=ROBUST_SCALE)
     return done.x / norms
+
+
+def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
+    """The coefficient of determination of ``predicted`` for ``measured`` (NaN when the
+    measurements are all equal)."""
+    total = float(np.sum((measured - measured.mean()) ** 2))
+    if total == 0:
+        return float("nan")
+    return 1.0 - float(np.sum((measured - predicted) ** 2)) / total
+
+
+def distinct_columns(X: np.ndarray, columns: Sequence[int]) -> list[int]:
+    """``columns`` less each one equal to an earlier one: the fit cannot tell two equal
+    columns apart (``projects_kv`` is ``const`` where no cell is a cross decode step, the
+    training FLOPs are the FLOPs where every cell is a training step), so the earlier
+    feature takes the cost and the later is not fitted."""
+    kept: list[int] = []
+    for i in columns:
+        if not any(np.array_equal(X[:, i], X[:, j]) for j in kept):
+            kept.append(i)
+    return kept

@@ -55,11 +55,11 @@ from mhabench.analysis.features import (
 )
 from mhabench.analysis.quick_speed import SLOWDOWN, quick_values
 from mhabench.analysis.results import latest
-from mhabench.analysis.solvers import nnls, robust_log_fit
+from mhabench.analysis.solvers import distinct_columns, nnls, r_squared, robust_log_fit
 from mhabench.core.config import AttentionConfig
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
-           "feature_matrix", "feature_values", "decode_kv_bytes", "nnls",
+           "feature_matrix", "feature_values", "decode_kv_bytes", "nnls", "r_squared",
            "robust_log_fit"]  # re-exported
 
 # The models a group may get, richest first: the first with fewer coefficients than the
@@ -104,13 +104,6 @@ Key = tuple[str, ...]
 
 class UnderDetermined(ValueError):
     """A group with too few cells for even the simplest model: not fitted."""
-
-
-def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:
-    total = float(np.sum((measured - measured.mean()) ** 2))
-    if total == 0:
-        return float("nan")
-    return 1.0 - float(np.sum((measured - predicted) ** 2)) / total
 
 
 @dataclass(frozen=True)
@@ -231,7 +224,7 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
         best = None
         for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
             X = table.matrix(cache, kv_cache_bytes)
-            used = _distinct(X, [i for i, f in enumerate(FEATURES)
+            used = distinct_columns(X, [i for i, f in enumerate(FEATURES)
                                  if f in features and X[:, i].any() and _determined(X, f)])
             if len(used) >= len(cells):
                 continue  # as many coefficients as cells: an exact fit that proves nothing
@@ -273,18 +266,6 @@ def _determined(X: np.ndarray, feature: str) -> bool:
     moved = X[:, FEATURES.index("kv")] + X[:, FEATURES.index("kv_copy")]
     past = X[:, FEATURES.index("kv_spill")]
     return not past.any() or int(np.sum((moved > 0) & (past >= 0.5 * moved))) >= MIN_SPILLED
-
-
-def _distinct(X: np.ndarray, columns: Sequence[int]) -> list[int]:
-    """``columns`` less each one equal to an earlier one: the fit cannot tell two equal
-    columns apart (``projects_kv`` is ``const`` where no cell is a cross decode step, the
-    training FLOPs are the FLOPs where every cell is a training step), so the earlier
-    feature takes the cost and the later is not fitted."""
-    kept: list[int] = []
-    for i in columns:
-        if not any(np.array_equal(X[:, i], X[:, j]) for j in kept):
-            kept.append(i)
-    return kept
 
 
 def fit_machine(groups: Mapping[Key, pd.DataFrame]) -> dict[Key, TimeModel]:
