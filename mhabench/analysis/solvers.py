@@ -27,8 +27,8 @@ ROBUST_SCALE = 0.1
 # 0) its prior costs as much as one cell about 17 % off (sqrt(0.03) in log units), so the
 # cells move it wherever they tell it, and where they cannot tell it (few cells, terms that
 # move together) it stays near the prior. Chosen on 2328 validate configs (seeds 200-750):
-# 0.01-0.3 all gave 8.1-8.3 % of configs more than 35 % off (8.9 % without a prior),
-# 0.03 7.9 %.
+# 0.01-0.3 all gave 8.1-8.3 % of configs more than 35 % off as factors either way (8.9 %
+# without a prior), 0.03 7.9 %.
 PRIOR_WEIGHT = 0.03
 
 

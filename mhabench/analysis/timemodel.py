@@ -299,9 +299,9 @@ def pool_small_groups(models: Mapping[Key, TimeModel], groups: Mapping[Key, pd.D
     What such a group's few cells cannot tell apart lands anywhere: FlexAttention's 15
     cells (6 decode steps) put its per-call cost at 0 and 4.3 us on each head, and its
     decode steps off the grid read a median 28 % off their prediction, 44 % of them more
-    than 35 % off (3.2x over at h = 23); pulled, 12 % and 13 %. Over the 2328 validate
-    configs of seeds 200-750 (re-predicted, 2026-12-04): configs more than 35 % off 8.9 %
-    -> 7.9 %, the 90th percentile 28.5 % -> 27.1 %, the median 10.3 % -> 10.0 %."""
+    than 35 % off (as factors; 3.2x over at h = 23); pulled, 12 % and 13 %. Over the 2328
+    validate configs of seeds 200-750 (re-predicted, 2026-12-04): configs more than 35 %
+    off 5.5 % -> 4.8 %, the 90th percentile 28.5 % -> 27.1 %, the median 10.3 % -> 10.0 %."""
     rates: dict[str, dict[str, list[float]]] = {}
     for key, model in models.items():
         if _well_fitted(model):
