@@ -74,19 +74,32 @@ def grid(*, tiny: T, quick: T, full: T) -> T:
 # Thread count before JAX touches a device (XLA sizes its pool from the CPU affinity).
 THREADS = timing.configure_process()
 
+# tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
+# full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
+DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
+                                                       full=list(DEVICES)), DEVICES)
+# cuda asked for on a machine with an NVIDIA driver: CUDA may start in the cells.
+_CUDA_HERE = "cuda" in DEVICE_PARAMS and os.path.exists("/dev/nvidiactl")
+
 # Import the frameworks once here: asv's forkserver then forks every cell from a process
 # that has them loaded. Importing jax does not start a device. MHABENCH_PREIMPORT names
-# what to import up front (default: both frameworks and torch's compiler machinery); a
-# framework left out is imported by its first cell. torch.compile's and FlexAttention's
-# machinery ("compiler") otherwise imports on the first compile: 4 s of every compiled
-# cell's process, paid once here instead (importing starts no compile worker, so forking
-# after it is safe). Each costs seconds per forkserver start, so mhabench gate, whose
-# rounds each start one for a few cells, names only its cells' frameworks.
+# what to import up front (default: both frameworks and, where CUDA cannot start, torch's
+# compiler machinery); a framework left out is imported by its first cell. torch.compile's
+# and FlexAttention's machinery ("compiler") otherwise imports on the first compile: 4 s of
+# every compiled cell's process, paid once here instead (importing starts no compile
+# worker, so forking after it is safe on the CPU). Each costs seconds per forkserver
+# start, so mhabench gate, whose rounds each start one for a few cells, names only its
+# cells' frameworks.
 # asv's discovery process (``benchmark.py discover``) only lists the classes and forks
 # nothing: the default imports none there (10-15 s of every asv run and gate round).
 _DISCOVERY = sys.argv[1:2] == ["discover"] and Path(sys.argv[0]).name == "benchmark.py"
+# Where CUDA may start, the compiler machinery stays out: importing it with a CUDA build
+# of torch starts the CUDA driver in the forkserver, and no forked cell could use the GPU
+# (444801a on the H200: every cuda cell failed "Cannot re-initialize CUDA in forked
+# subprocess", and JAX's cuInit failed in the cells). tests/test_cuda_fork.py checks it.
+_DEFAULT_PREIMPORT = ["torch", "jax"] if _CUDA_HERE else ["torch", "jax", "compiler"]
 PREIMPORT = list_from_env("MHABENCH_PREIMPORT",
-                          ["none"] if _DISCOVERY else ["torch", "jax", "compiler"],
+                          ["none"] if _DISCOVERY else _DEFAULT_PREIMPORT,
                           ("torch", "jax", "compiler", "none"))
 for _framework, _modules in (("torch", ("torch",)), ("jax", ("jax", "flax.nnx"))):
     if _framework in PREIMPORT and framework_installed(_framework):
@@ -129,10 +142,6 @@ def newer_backends_where(where: Callable[[AttentionConfig], bool]
     return lambda c: GRID == "full" or c.backend not in NEW_BACKENDS or where(c)
 
 
-# tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
-# full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
-DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
-                                                       full=list(DEVICES)), DEVICES)
 DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
                                                full=list(ALL_DTYPES)), ALL_DTYPES)
 # track_kernel: on the CPU-only quick grid the library's choice is fixed (flash, or math
@@ -142,8 +151,7 @@ RECORD_KERNELS = grid(tiny=True, quick="cuda" in DEVICE_PARAMS, full=True)
 WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
 # The cost model's budget skips cells that would not fit; this cap is the net under it: a
 # cell that still runs out fails as that cell. Not where CUDA may start (it reserves far
-# more address space than memory): cuda asked for on a machine with an NVIDIA driver.
-_CUDA_HERE = "cuda" in DEVICE_PARAMS and os.path.exists("/dev/nvidiactl")
+# more address space than memory).
 MEMORY_LIMIT = None if _CUDA_HERE else timing.limit_address_space()
 
 

@@ -85,25 +85,33 @@ def _read_time_ms(read, x, events) -> float:
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_flush_evicts_l2_so_a_small_read_is_slower_cold(framework):
     """16 MiB fit in any recent GPU's L2: read warm (read twice) and cold (the framework's
-    flush between), interleaved, CUDA events around the read; the cold median is slower."""
+    flush between), interleaved, CUDA events around the read; the cold read takes longer.
+
+    Each timed read carries a fixed cost (the launch between the events, ~15 us on the
+    H200, against ~3 us for 16 MiB from HBM), measured by the same read of 4 KiB; the
+    comparison is of what each read takes beyond it."""
     import torch
 
     if framework == "jax":
         pytest.importorskip("jax")
     x = torch.ones(4 * 2**20, dtype=torch.float32, device="cuda")  # 16 MiB
+    tiny = x[:1024]
     events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
     flush = cache_flush.flusher(framework)
     read = torch.sum
-    cold, warm = [], []
-    for _ in range(40):
+    cold, warm, fixed = [], [], []
+    for _ in range(60):
         flush()
         cold.append(_read_time_ms(read, x, events))
         read(x)
         torch.cuda.synchronize()
         warm.append(_read_time_ms(read, x, events))
-    print(f"{framework}: cold {statistics.median(cold) * 1e3:.1f} us, "
-          f"warm {statistics.median(warm) * 1e3:.1f} us")
-    assert statistics.median(cold) > 1.15 * statistics.median(warm)
+        fixed.append(_read_time_ms(read, tiny, events))
+    base = statistics.median(fixed)
+    cold_us, warm_us = (1e3 * (statistics.median(t) - base) for t in (cold, warm))
+    print(f"{framework}: cold {cold_us:.1f} us, warm {warm_us:.1f} us beyond the "
+          f"{base * 1e3:.1f} us of a 4 KiB read")
+    assert cold_us > 1.15 * max(warm_us, 0.0) and cold_us > 0.5
 
 
 @requires_cuda
