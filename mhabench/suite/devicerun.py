@@ -43,6 +43,7 @@ from mhabench.suite.device_plan import (
     fit_costs,
     plan,
     schedule,
+    units,
 )
 
 # Classes run in this order (a module's classes keep their order within it); modules
@@ -240,10 +241,10 @@ def run(args: argparse.Namespace) -> int:
     def left() -> float:
         return args.budget - (time.monotonic() - start)
 
-    def run_unit(label: str, regexes: list[str], runs: int, estimate: float,
+    def run_unit(label: str, regexes: list[str], cells: tuple[str, ...], estimate: float,
                  left: float) -> None:
         nonlocal status
-        say(f"gpu-grid: run {label}: {runs} runs, about {estimate:.0f} s of "
+        say(f"gpu-grid: run {label}: {len(cells)} runs, about {estimate:.0f} s of "
             f"{left:.0f} s left")
         began = time.monotonic()
         code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine",
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
                             *(arg for regex in regexes for arg in ("-b", regex))],
                            env, repo, log, timeout=max(left, 1.0))
         took = time.monotonic() - began
-        history.append((runs, took))
+        history.append((units(cells), took))
         say(f"gpu-grid: {label} exit {code} in {took:.0f} s")
         status = status or (1 if code else 0)
         if results_dir.is_dir():
