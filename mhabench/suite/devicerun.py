@@ -179,7 +179,7 @@ def selected_classes(args: argparse.Namespace, env: dict[str, str],
 
 
 def show_plan(args: argparse.Namespace) -> int:
-    """``--plan``: list what the budget holds at ``--per-run`` seconds a cell; runs
+    """``--plan``: list what the budget holds at ``--per-run`` seconds an eager cell; runs
     nothing (no bundle, preflight or asv)."""
     repo = Path(args.repo).resolve()
     planned = plan(selected_classes(args, run_env(args, repo), repo), args.budget,
@@ -189,7 +189,7 @@ def show_plan(args: argparse.Namespace) -> int:
                                                 if item.runs else ""))
     print(f"gpu-grid plan: {sum(p.runs for p in planned)} runs, "
           f"{sum(p.seconds for p in planned):.0f} s of a {args.budget:.0f} s budget at "
-          f"{args.per_run:g} s a cell")
+          f"{args.per_run:g} s an eager cell")
     return 0
 
 
@@ -310,9 +310,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", default="", help="regex: run only matching benchmark "
                         "methods, e.g. 'time_|track_kernel' (default: all)")
     parser.add_argument("--plan", action="store_true", help="list the runs the budget "
-                        "holds at --per-run seconds a cell, and run nothing")
+                        "holds at --per-run seconds an eager torch cell, and run nothing")
     parser.add_argument("--per-run", type=float, default=FIRST_PER_RUN_S,
-                        help=f"seconds a cell, for --plan (default {FIRST_PER_RUN_S:g})")
+                        help="seconds an eager torch cell takes, for --plan (a JAX, compiled or "
+                        f"FlexAttention cell weighs more; default {FIRST_PER_RUN_S:g})")
     args = parser.parse_args(argv)
     for name, allowed in (("devices", DEVICES), ("dtypes", DTYPES)):
         given = [v for v in getattr(args, name).split(",") if v]
