@@ -288,6 +288,13 @@ def test_no_run_is_planned_past_its_cap() -> None:
     assert all(0 < p.seconds * 1.3 <= MAX_RUN_S for p in planned), planned
     # 20 torch cells and 5 JAX ((10 + 20 * 2 + 5 * 12) * 1.3 = 143 s), then 8 and 7 JAX
     assert [p.runs for p in planned] == [25, 8, 7]
+    # a cell that alone costs more than the cap runs alone where the budget holds it
+    slow = BenchClass("bench_g", "Slow", {"time_step": ("bench_g.Slow.time_step('jax', 1)",
+                                                        "bench_g.Slow.time_step('jax', 2)")})
+    assert [(p.label, p.runs) for p in plan([slow], budget=500.0, overhead=10.0,
+                                            per_run=20.0)] == [
+        ("bench_g.Slow.time_step part 1", 1), ("bench_g.Slow.time_step part 2", 1)]
+    assert [p.runs for p in plan([slow], budget=150.0, overhead=10.0, per_run=20.0)] == [0]
 
 
 def _documented_commands() -> dict[str, str]:
