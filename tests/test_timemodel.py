@@ -13,6 +13,7 @@ from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_result
 
 from mhabench.analysis.results import config_from_row, load_results
 from mhabench.analysis.sampling import sample_configs
+from mhabench.analysis.solvers import nnls, robust_log_fit
 from mhabench.analysis.timemodel import (
     FEATURES,
     CellFeatures,
@@ -20,9 +21,7 @@ from mhabench.analysis.timemodel import (
     fit_cells,
     fit_machine,
     fit_models,
-    nnls,
     pool_small_groups,
-    robust_log_fit,
     select_model,
     timing_cells,
     underdetermined,

@@ -334,9 +334,15 @@ class CellFeatures:
         if cache_bytes is not None:
             spills = self.map_bytes > cache_bytes
             X[spills, FEATURES.index("spill")] = X[spills, FEATURES.index("map")]
-        moved = X[:, FEATURES.index("kv")] + X[:, FEATURES.index("kv_copy")]
-        X[:, FEATURES.index("kv_spill")] = moved * beyond(self.decode_kv_bytes, kv_cache_bytes)
+        X[:, FEATURES.index("kv_spill")] = kv_moved(X) * beyond(self.decode_kv_bytes,
+                                                                 kv_cache_bytes)
         return X
+
+
+def kv_moved(X: np.ndarray) -> np.ndarray:
+    """Per row of a feature matrix: the K/V elements a decode step reads and copies, the
+    count whose part past the cache is ``kv_spill``."""
+    return X[:, FEATURES.index("kv")] + X[:, FEATURES.index("kv_copy")]
 
 
 def feature_matrix(cells: pd.DataFrame, cache_bytes: float | None = None,

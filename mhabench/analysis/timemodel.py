@@ -52,6 +52,7 @@ from mhabench.analysis.features import (
     decode_kv_bytes,
     feature_matrix,
     feature_values,
+    kv_moved,
 )
 from mhabench.analysis.quick_speed import SLOWDOWN, quick_values
 from mhabench.analysis.results import latest
@@ -59,8 +60,7 @@ from mhabench.analysis.solvers import distinct_columns, nnls, r_squared, robust_
 from mhabench.core.config import AttentionConfig
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
-           "feature_matrix", "feature_values", "decode_kv_bytes", "nnls", "r_squared",
-           "robust_log_fit"]  # re-exported
+           "feature_matrix", "feature_values", "decode_kv_bytes"]  # re-exported
 
 # The models a group may get, richest first: the first with fewer coefficients than the
 # group has cells is fitted (the spill terms count only where a cache size makes them
@@ -224,8 +224,8 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
         best = None
         for cache in (None, *CACHE_CANDIDATES) if "spill" in features else (None,):
             X = table.matrix(cache, kv_cache_bytes)
-            used = distinct_columns(X, [i for i, f in enumerate(FEATURES)
-                                 if f in features and X[:, i].any() and _determined(X, f)])
+            used = distinct_columns(X, [i for i, f in enumerate(FEATURES) if f in features
+                                        and X[:, i].any() and _determined(X, f)])
             if len(used) >= len(cells):
                 continue  # as many coefficients as cells: an exact fit that proves nothing
             coef = np.zeros(len(FEATURES))
@@ -263,7 +263,7 @@ def _determined(X: np.ndarray, feature: str) -> bool:
     cache, and predicted its 69 MB step at 16 s, 2300x its 6.9 ms)."""
     if feature != "kv_spill":
         return True
-    moved = X[:, FEATURES.index("kv")] + X[:, FEATURES.index("kv_copy")]
+    moved = kv_moved(X)
     past = X[:, FEATURES.index("kv_spill")]
     return not past.any() or int(np.sum((moved > 0) & (past >= 0.5 * moved))) >= MIN_SPILLED
 

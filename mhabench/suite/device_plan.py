@@ -47,6 +47,7 @@ def cell_weight(cell: str) -> float:
 
 
 def units(cells: tuple[str, ...]) -> float:
+    """What ``cells`` cost together, in eager-torch-cell units (:func:`cell_weight`)."""
     return sum(cell_weight(c) for c in cells)
 
 
