@@ -265,6 +265,27 @@ def test_projects_kv_is_fitted_only_where_cross_decode_steps_tell_it_from_const(
                for c in selfish)
 
 
+def test_masked_is_a_per_call_cost_of_a_step_with_a_key_mask() -> None:
+    fwd = AttentionConfig(cross=True, n=64, m=96, d=64, heads=4)
+    assert feature_values(fwd)["masked"] == 0
+    assert feature_values(fwd.replace(masked=True))["masked"] == 1
+    assert feature_values(fwd.replace(masked=True, mode="train"))["masked"] == 3
+    dec = AttentionConfig(mode="decode", batch=2, n=1, m=100, d=64, heads=4, cross=True)
+    assert feature_values(dec.replace(masked=True))["masked"] == 1
+
+
+def test_the_masked_cost_is_fitted_apart_from_the_constant() -> None:
+    # Half the cells masked: the fit recovers the mask's cost per call and the constant.
+    truth = {**TRUE_COEF, "kv": 0.0, "masked": 2.5e-5}
+    configs = [AttentionConfig(batch=b, n=n, m=m, d=d, heads=h, cross=True, masked=masked)
+               for b in (2, 8) for n, m in ((128, 96), (512, 384)) for d in (64, 256)
+               for h in (1, 4, 16) for masked in (False, True)]
+    model = fit_cells(_cells(configs, truth, None), KEY)
+    assert "masked" in model.features
+    for name in FEATURES:
+        assert model.coef[name] == pytest.approx(truth[name], rel=1e-6, abs=1e-15), name
+
+
 def test_kv_spill_counts_the_decode_reads_past_the_cache() -> None:
     # The K/V as the backend reads them decide: the h_kv-wide cache, or the h-wide copy
     # batched writes and reads each call; of those, the part past the cache size, read and

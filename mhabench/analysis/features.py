@@ -110,7 +110,12 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   h_kv = h ran a median 1.36x their prediction off the grid and its GQA steps 0.87x (in the
   grid's fit, 1.97x and 0.74x at m = 4096); counted as the HLO copies, 1.07x and 1.06x
   (median factor error 36 % -> 10 %; all decode steps 12.9 % -> 12.5 %, leave-out 10.6 % ->
-  10.0 %; the same 1344 configs).
+  10.0 %; the same 1344 configs). The fused step copies so at batch 1 too, with any number
+  of K/V heads (:data:`XLA_BATCH_ONE_COPIES`; HLO at m 300 with h_kv 1-4, and at m 344 and
+  765): uncounted, its batch-1 steps ran 1.6-1.8x their prediction; counted, JAX fused
+  decode steps more than 35 % off 27 % -> 15 % (26 configs, 3 of them at batch 1: median
+  factor error 65 % -> 15 %), all decode steps 13.4 % -> 12.4 % (the 960 validate configs
+  of seeds 720-774 re-predicted on the grid of e00a410, 2026-12-04).
 - ``weights``: projection weights the step reads, ``2 d^2 + 2 d * h_kv * p`` (W_q, W_o and,
   where the step projects keys/values, W_k and W_v; a cross decode step's are cached), once
   a call whatever the batch: a decode step's few FLOPs leave its weight traffic out (at
@@ -149,6 +154,20 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   the worst config 3.8x -> 2.9x off, and the leave-out median 16.6 % -> 13.2 % (the same
   840 configs). Where no cell is a cross decode step it equals ``const`` and is not fitted
   (:func:`mhabench.analysis.timemodel.fit_cells`).
+- ``masked``: a fixed cost per call again, for a step with a key mask (``valid_lens``): the
+  ops that build the keep mask from the lengths and apply it (compare, ``masked_fill`` or a
+  select; FlexAttention builds its block mask each call). A count per score for the mask
+  (``b*h*n*m`` again) did worse: the elementwise pass is ``map``'s. Without it, masked
+  FlexAttention decode steps ran a median 1.6x their prediction (9 configs, 5 of them more
+  than 35 % off: their grid held no masked decode step, see ``bench_design``), and the
+  fit's other terms took the masked cells' cost; with it (and that step in the grid), on
+  the 960 validate configs of seeds 720-774 re-predicted on the grid of e00a410
+  (2026-12-04): the median relative error 10.2 % -> 9.4 %, masked steps' median factor
+  error 10.7 % -> 9.3 % and the unmasked ones' 10.6 % -> 10.0 %, those FlexAttention steps
+  45 % -> 24 %, configs more than 35 % off 54 -> 47 (with the batch-1 copies above), seeds
+  meeting the worst goal (35 %) 9 -> 16 of 40, both goals 4 -> 9. Its cost per call, as
+  fitted: 12-28 us in the torch and JAX groups that fit it (0 in JAX blockwise and loop and
+  torch batched, which fold the mask into ops they run anyway).
 """
 
 from __future__ import annotations
@@ -165,7 +184,7 @@ from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
 FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "unaligned_rows",
             "decode_scores", "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads",
-            "loop_heads", "heads", "const", "projects_kv")
+            "loop_heads", "heads", "const", "projects_kv", "masked")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "unaligned_flops": "FLOPs again where n, m, d or p is not a multiple of 16",
@@ -182,7 +201,8 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "loop_heads": "loop: per-head passes over activations (b*d*(n*h + m*h_kv))",
                   "heads": "per-head fixed cost",
                   "const": "fixed per call (train: 3x)",
-                  "projects_kv": "fixed per call projecting keys/values (train: 3x)"}
+                  "projects_kv": "fixed per call projecting keys/values (train: 3x)",
+                  "masked": "fixed per call of a masked step (train: 3x)"}
 # Backends whose grouped-query path copies each key/value head to its g query heads
 # (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
 # h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
@@ -196,6 +216,9 @@ REPEATS_KV = frozenset({"batched"})
 # it 4 times (self steps) and the fused step transposes and copies it (self and cross).
 XLA_SELF_CACHE_COPIES = {"batched": 4, "blockwise": 2}
 XLA_ONE_HEAD_COPIES = {("loop", False): 4, ("fused", False): 2, ("fused", True): 2}
+# ... and the fused step does the same at batch 1 with any number of K/V heads (HLO at m 300,
+# h_kv 1-4, and at m 344 and 765: b x h_kv holds one non-trivial axis either way).
+XLA_BATCH_ONE_COPIES = frozenset({"fused"})
 # Lengths and widths that are multiples of this many floats run the kernels' fast paths
 # (one AVX-512 vector of float32, one 64-byte cache line); see ``unaligned_flops`` above.
 ALIGN = 16
@@ -238,7 +261,8 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "weight_grads": float(weights) if config.mode == "train" else 0.0,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
-            "projects_kv": float(factor) if projected else 0.0}
+            "projects_kv": float(factor) if projected else 0.0,
+            "masked": float(factor) if config.masked else 0.0}
 
 
 def beyond(size: np.ndarray | float, cache_bytes: float | None) -> np.ndarray | float:
@@ -286,13 +310,15 @@ def decode_kv_copied(config: AttentionConfig) -> int:
     """Key/value elements a decode step copies before its attention reads them: all it reads
     (:func:`decode_kv_elements`), once where its backend repeats K/V to h_kv < h query
     heads (:data:`REPEATS_KV`), and as many times as a JAX step's compiled program copies
-    its cache (:data:`XLA_SELF_CACHE_COPIES`, :data:`XLA_ONE_HEAD_COPIES`); 0 otherwise."""
+    its cache (:data:`XLA_SELF_CACHE_COPIES`, :data:`XLA_ONE_HEAD_COPIES`,
+    :data:`XLA_BATCH_ONE_COPIES`); 0 otherwise."""
     if config.backend in REPEATS_KV and config.kv_heads < config.heads:
         return decode_kv_elements(config)
     if config.framework != "jax":
         return 0
-    copies = XLA_ONE_HEAD_COPIES.get((config.backend, config.cross), 0) if (
-        config.kv_heads == 1) else 0
+    one_axis = config.kv_heads == 1 or (config.batch == 1
+                                        and config.backend in XLA_BATCH_ONE_COPIES)
+    copies = XLA_ONE_HEAD_COPIES.get((config.backend, config.cross), 0) if one_axis else 0
     if not config.cross:
         copies = max(copies, XLA_SELF_CACHE_COPIES.get(config.backend, 0))
     return copies * decode_kv_elements(config)

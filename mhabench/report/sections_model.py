@@ -203,6 +203,7 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
                      "decode K/V copied (ns/element)": 1e9 * c["kv_copy"],
                      "per head (us)": 1e6 * c["heads"], "fixed (ms)": 1e3 * c["const"],
                      "fixed, projecting K/V (ms)": 1e3 * c["projects_kv"],
+                     "fixed, masked (ms)": 1e3 * c["masked"],
                      "fitted ranges": _ranges(model)})
     for key, cells in sorted((ctx.underdetermined or {}).items()):
         rows.append({**dict(zip(GROUP_KEY, key, strict=True)), "cells": cells,
