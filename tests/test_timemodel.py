@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
+from mhabench.analysis.features import decode_working_set_bytes
 from mhabench.analysis.results import config_from_row, load_results
 from mhabench.analysis.sampling import sample_configs
 from mhabench.analysis.solvers import nnls, robust_log_fit
@@ -287,19 +288,22 @@ def test_the_masked_cost_is_fitted_apart_from_the_constant() -> None:
 
 
 def test_kv_spill_counts_the_decode_reads_past_the_cache() -> None:
-    # The K/V as the backend reads them decide: the h_kv-wide cache, or the h-wide copy
-    # batched writes and reads each call; of those, the part past the cache size, read and
-    # copied alike.
+    # The K/V as the backend reads them (the h_kv-wide cache, or the h-wide copy batched
+    # writes and reads each call), read and copied alike, past the cache: which part is past
+    # it, the whole working set decides, the K/V and the weights read each call.
     dec = AttentionConfig(backend="batched", mode="decode", batch=4, n=1, m=4096, d=256,
                           heads=16)  # 32 MiB (and one position) of float32 K/V cache
     kv = feature_values(dec)["kv"]
+    reads = decode_working_set_bytes(dec)
+    assert reads == 4 * kv + 2**20  # and 1 MiB of weights: W_q, W_k, W_v, W_o, 256 x 256
     past = feature_values(dec, kv_cache_bytes=8 * 2**20)["kv_spill"]
-    assert past == pytest.approx(kv - 8 * 2**20 / 4)  # all but the 8 MiB a cache keeps
-    assert 0.74 * kv < past < 0.76 * kv
+    assert past == pytest.approx(kv * (1 - 8 * 2**20 / reads))  # all but what a cache keeps
+    assert 0.75 * kv < past < 0.76 * kv  # 8 of 33 MiB kept
     mqa = dec.replace(kv_heads=1)  # 2 MiB stored, 32 MiB read after repeat_interleave
     # the repeat writes the 32 MiB copy it then reads: twice the elements move past the cache
     assert feature_values(mqa)["kv_copy"] == pytest.approx(kv)
-    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == pytest.approx(2 * past)
+    assert feature_values(mqa, kv_cache_bytes=8 * 2**20)["kv_spill"] == pytest.approx(
+        2 * kv * (1 - 8 * 2**20 / decode_working_set_bytes(mqa)))
     # a JAX batched self step copies its donated cache 4 times (XLA_SELF_CACHE_COPIES)
     jax_dec = dec.replace(framework="jax")
     assert feature_values(jax_dec)["kv_copy"] == pytest.approx(4 * kv)
@@ -307,8 +311,9 @@ def test_kv_spill_counts_the_decode_reads_past_the_cache() -> None:
         5 * past)
     fused = mqa.replace(backend="fused")  # reads the 2 MiB cache as it is
     assert feature_values(fused, kv_cache_bytes=8 * 2**20)["kv_spill"] == 0
-    assert feature_values(fused, kv_cache_bytes=2**20)["kv_spill"] == pytest.approx(
-        feature_values(fused)["kv"] - 2**20 / 4)
+    assert feature_values(fused, kv_cache_bytes=2 * 2**20)["kv_spill"] == pytest.approx(
+        feature_values(fused)["kv"] * (1 - 2 * 2**20 / decode_working_set_bytes(fused)))
+    assert decode_working_set_bytes(fused) < 3 * 2**20  # with 0.5 MiB of narrower W_k, W_v
     assert feature_values(dec, kv_cache_bytes=64 * 2**20)["kv_spill"] == 0
     assert feature_values(dec)["kv_spill"] == 0  # no cache size: no term
     fwd = dec.replace(mode="forward", n=64, cross=True)  # forward K/V are fresh activations
