@@ -175,9 +175,10 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   (2026-12-04): the median relative error 10.2 % -> 9.4 %, masked steps' median factor
   error 10.7 % -> 9.3 % and the unmasked ones' 10.6 % -> 10.0 %, those FlexAttention steps
   45 % -> 24 %, configs more than 35 % off 54 -> 47 (with the batch-1 copies above), seeds
-  meeting the worst goal (35 %) 9 -> 16 of 40, both goals 4 -> 9. Its cost per call, as
-  fitted: 12-28 us in the torch and JAX groups that fit it (0 in JAX blockwise and loop and
-  torch batched, which fold the mask into ops they run anyway).
+  meeting the worst goal (35 %) 9 -> 16 of 40, both goals 4 -> 9. Its cost per call on
+  the quick grid of 9bbe862: 18-27 us in torch's fused, loop, reference, compiled and flex
+  groups and JAX's fused, 0-8 us in JAX's batched, blockwise, loop and reference and
+  torch's batched (which build the keep mask and fill the scores they write anyway).
 """
 
 from __future__ import annotations
