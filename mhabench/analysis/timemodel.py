@@ -11,7 +11,7 @@ For one machine x framework x backend x device x dtype, a config's time is model
         + c_kv_copy * copied_kv_elements + c_weights * weights
         + c_weight_grads * weight_gradients
         + c_loop_heads * loop_passes + c_heads * heads + c_const
-        + c_projects_kv * projects_kv
+        + c_projects_kv * projects_kv + c_masked * masked
 
 with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
 is there; every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
