@@ -181,7 +181,11 @@ def test_jax_decode_copies_its_cache_where_the_time_model_counts_a_copy(backend)
     whether it wrote it or not (the repeat of batched GQA is a broadcast, checked apart)."""
     import re
 
-    from mhabench.analysis.features import REPEATS_KV, decode_kv_copied, decode_kv_elements
+    from mhabench.analysis.decode_reads import (
+        REPEATS_KV,
+        decode_kv_copied,
+        decode_kv_elements,
+    )
     from mhabench.layers.jax.steps import make_step
 
     for cross, kv_heads, batch in itertools.product((False, True), (4, 2, 1), (2, 1)):

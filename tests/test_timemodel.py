@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
-from mhabench.analysis.features import decode_working_set_bytes
+from mhabench.analysis.decode_reads import decode_working_set_bytes
 from mhabench.analysis.results import config_from_row, load_results
 from mhabench.analysis.sampling import sample_configs
 from mhabench.analysis.solvers import nnls, robust_log_fit

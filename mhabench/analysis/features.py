@@ -1,6 +1,8 @@
 """The time model's features: what each kernel does, counted by the cost model.
 
-Every count comes from :func:`mhabench.core.cost.cost` (one source of FLOPs and bytes);
+Every count comes from :func:`mhabench.core.cost.cost` (one source of FLOPs and bytes)
+and, for what a decode step reads and copies (``REPEATS_KV``, the ``XLA_*`` copy tables,
+``decode_kv_copied``, ``decode_working_set_bytes``), :mod:`mhabench.analysis.decode_reads`;
 here they are only arranged into the columns a fit needs. Per config (whole batch, one
 step of its mode; a training step multiplies the map, weight, head and per-call terms by
 the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
@@ -188,9 +190,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.decode_reads import (
+    decode_kv_copied,
+    decode_kv_elements,
+    decode_working_set_bytes,
+    weight_elements,
+)
 from mhabench.analysis.results import config_from_row
 from mhabench.core.backends import KEY_BLOCK
-from mhabench.core.config import DTYPE_BYTES, AttentionConfig
+from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
 
 FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "unaligned_rows",
@@ -214,22 +222,6 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "const": "fixed per call (train: 3x)",
                   "projects_kv": "fixed per call projecting keys/values (train: 3x)",
                   "masked": "fixed per call of a masked step (train: 3x)"}
-# Backends whose grouped-query path copies each key/value head to its g query heads
-# (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
-# h-wide keys/values whatever h_kv is. The loop backends index the shared head and fused
-# kernels take grouped K/V directly: they read the h_kv-wide tensors.
-REPEATS_KV = frozenset({"batched"})
-# How many times a compiled JAX decode step copies each of its K and V caches per call (the
-# cache-sized copy and transpose ops of its HLO; see ``kv_copy`` above and the HLO test in
-# tests/test_decode.py): a self step copies the (donated) cache it writes the new token
-# into, 4 times in the batched step with h_kv = h (its GQA step repeats instead and does
-# not copy) and twice in the blockwise step; with a single K/V head the loop step copies
-# it 4 times (self steps) and the fused step transposes and copies it (self and cross).
-XLA_SELF_CACHE_COPIES = {"batched": 4, "blockwise": 2}
-XLA_ONE_HEAD_COPIES = {("loop", False): 4, ("fused", False): 2, ("fused", True): 2}
-# ... and the fused step does the same at batch 1 with any number of K/V heads (HLO at m 300,
-# h_kv 1-4, and at m 344 and 765: b x h_kv holds one non-trivial axis either way).
-XLA_BATCH_ONE_COPIES = frozenset({"fused"})
 # Lengths and widths that are multiples of this many floats run the kernels' fast paths
 # (one AVX-512 vector of float32, one 64-byte cache line); see ``unaligned_flops`` above.
 ALIGN = 16
@@ -300,65 +292,6 @@ def aligned(*sizes: int) -> bool:
     """Whether every size is a multiple of :data:`ALIGN` or divides it (heads 4 or 8 wide
     fill a vector together)."""
     return all(size % ALIGN == 0 or ALIGN % size == 0 for size in sizes)
-
-
-def read_kv_width(config: AttentionConfig) -> int:
-    """Width of the keys/values the attention reads: ``h_kv * p``, or ``d`` where the
-    backend repeats K/V to every query head (:data:`REPEATS_KV`)."""
-    return config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
-
-
-def decode_kv_elements(config: AttentionConfig) -> int:
-    """Key/value elements a decode step reads every call (the m + 1 positions the cache
-    holds after the write, or a cross step's m cached source positions), as its backend
-    lays them out (:func:`read_kv_width`); 0 for the other modes, whose K/V are fresh."""
-    if config.mode != "decode":
-        return 0
-    return config.batch * step_lengths(config)[1] * 2 * read_kv_width(config)
-
-
-def decode_kv_copied(config: AttentionConfig) -> int:
-    """Key/value elements a decode step copies before its attention reads them: all it reads
-    (:func:`decode_kv_elements`), once where its backend repeats K/V to h_kv < h query
-    heads (:data:`REPEATS_KV`), and as many times as a JAX step's compiled program copies
-    its cache (:data:`XLA_SELF_CACHE_COPIES`, :data:`XLA_ONE_HEAD_COPIES`,
-    :data:`XLA_BATCH_ONE_COPIES`); 0 otherwise."""
-    if config.backend in REPEATS_KV and config.kv_heads < config.heads:
-        return decode_kv_elements(config)
-    if config.framework != "jax":
-        return 0
-    one_axis = config.kv_heads == 1 or (config.batch == 1
-                                        and config.backend in XLA_BATCH_ONE_COPIES)
-    copies = XLA_ONE_HEAD_COPIES.get((config.backend, config.cross), 0) if one_axis else 0
-    if not config.cross:
-        copies = max(copies, XLA_SELF_CACHE_COPIES.get(config.backend, 0))
-    return copies * decode_kv_elements(config)
-
-
-def decode_kv_bytes(config: AttentionConfig) -> int:
-    """Bytes of keys/values a decode step reads every call (the m + 1 positions the cache
-    holds after the write), as its backend lays them out: the h_kv-wide cache, or its h-wide
-    copy for a backend that repeats K/V (:data:`REPEATS_KV`), which writes and reads that
-    copy each call. (Deciding by the stored cache alone left batched MQA decode steps whose
-    copy outgrew the cache 3.5x short: two of 168 validate configs, seeds 200-213.) 0 for
-    the other modes, whose K/V are fresh."""
-    return decode_kv_elements(config) * DTYPE_BYTES[config.dtype]
-
-
-def weight_elements(config: AttentionConfig) -> int:
-    """Projection weights a step reads: W_q and W_o always, W_k and W_v where it projects
-    keys/values (all but a cross decode step, whose source is cached)."""
-    projected = step_lengths(config)[2]
-    return 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
-
-
-def decode_working_set_bytes(config: AttentionConfig) -> int:
-    """Bytes a decode step reads every call: its K/V (:func:`decode_kv_bytes`) and its
-    projection weights (:func:`weight_elements`); 0 for the other modes. The cache holds
-    what it can of both between calls, so this size, not the K/V's alone, decides the part
-    of the K/V reads past it (``kv_spill``)."""
-    kv = decode_kv_bytes(config)
-    return kv + weight_elements(config) * DTYPE_BYTES[config.dtype] if kv else 0
 
 
 @dataclass(frozen=True)

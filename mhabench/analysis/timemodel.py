@@ -47,9 +47,7 @@ from mhabench.analysis.features import (
     CACHE_CANDIDATES,
     FEATURE_LABELS,
     FEATURES,
-    REPEATS_KV,
     CellFeatures,
-    decode_kv_bytes,
     feature_matrix,
     feature_values,
     kv_moved,
@@ -59,8 +57,8 @@ from mhabench.analysis.results import latest
 from mhabench.analysis.solvers import distinct_columns, nnls, r_squared, robust_log_fit
 from mhabench.core.config import AttentionConfig
 
-__all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "REPEATS_KV", "CellFeatures",
-           "feature_matrix", "feature_values", "decode_kv_bytes"]  # re-exported
+__all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "CellFeatures",
+           "feature_matrix", "feature_values"]  # re-exported
 
 # The models a group may get, richest first: the first with fewer coefficients than the
 # group has cells is fitted (the spill terms count only where a cache size makes them
