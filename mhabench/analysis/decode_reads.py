@@ -9,7 +9,7 @@ projection weights. :mod:`mhabench.analysis.features` arranges these counts into
 from __future__ import annotations
 
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
-from mhabench.core.cost import step_lengths
+from mhabench.core.cost import params, step_lengths
 
 # Backends whose grouped-query path copies each key/value head to its g query heads
 # (torch repeat_interleave, jnp.repeat) before the batched matmuls, so the attention reads
@@ -76,8 +76,9 @@ def decode_kv_bytes(config: AttentionConfig) -> int:
 def weight_elements(config: AttentionConfig) -> int:
     """Projection weights a step reads: W_q and W_o always, W_k and W_v where it projects
     keys/values (all but a cross decode step, whose source is cached)."""
-    projected = step_lengths(config)[2]
-    return 2 * config.d * (config.d + (config.kv_heads * config.head_dim if projected else 0))
+    if step_lengths(config)[2]:
+        return params(config.d, config.heads, config.kv_heads)
+    return 2 * config.d * config.d
 
 
 def decode_working_set_bytes(config: AttentionConfig) -> int:
