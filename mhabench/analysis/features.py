@@ -181,6 +181,9 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   the quick grid of 9bbe862: 18-27 us in torch's fused, loop, reference, compiled and flex
   groups and JAX's fused, 0-8 us in JAX's batched, blockwise, loop and reference and
   torch's batched (which build the keep mask and fill the scores they write anyway).
+  FlexAttention's block mask is not a fixed cost: it grows with b x n x m, n and m
+  padded to 128 (2-5 ns per padded element, nothing at m <= 128; docs/report.md,
+  stop 38), so this term under-predicts its large masked steps.
 """
 
 from __future__ import annotations
