@@ -13,8 +13,9 @@ The budget: 16 general points through the chapter's backends and plug-ins plus t
 ones, the loop backend only at h <= 16 (the second 8 cost 32 s of the quick grid's asv run
 at 1 thread, 254 s to 286 s) and torch.compile and FlexAttention (which compile each cell)
 only at the first 8, 32 decode points (compiled and flex at the first 4 and the first
-masked one) and 8 training points: 365 s at ce6d5bc (313 s at 5750368 with 16 decode
-points and no compiling cells).
+masked one; flex also at one more masked point of each design, for its block mask) and 8
+training points: 365 s at ce6d5bc (313 s at 5750368 with 16 decode points and no
+compiling cells).
 No memory or kernel processes: the design is for time only. The tiny grid (CI) takes two
 small points of each design through batched and fused; the full grid 32 general points, 32
 decode and 16 training ones, every cell.
@@ -22,6 +23,8 @@ decode and 16 training ones, every cell.
 
 from typing import Any
 
+from mhabench.core.config import AttentionConfig
+from mhabench.core.cost import block_mask_elements
 from mhabench.core.design import (
     DECODE_BOX,
     QUICK_BOX,
@@ -78,6 +81,23 @@ DECODE_POINTS = [point for size, start in grid(tiny=[(2, 2)], quick=[(16, 16), (
 # time model's ``masked`` term was otherwise their framework's guess.
 COMPILED_MASKED = {"Decode": next((i for i, p in enumerate(DECODE_POINTS) if p["masked"]),
                                   None)}
+# ... and FlexAttention alone at one more masked point of the general and decode designs:
+# the first past those whose block mask holds at least FLEX_MASK_ELEMENTS elements (b x n x
+# m, padded to 128; ~0.3-1 ms of mask a call here). The block mask's cost grows with those
+# elements (the time model's ``block_mask``), and the three masked cells above (32-344 k
+# elements) were too few to set a rate beside the fixed ``masked`` cost.
+FLEX_MASK_ELEMENTS = 2**17
+
+
+def _flex_masked(points: list[dict[str, Any]], start: int) -> int | None:
+    # (no training points: FlexAttention has no CPU backward)
+    return next((i for i, p in enumerate(points) if i >= start and p["mode"] != "train"
+                 and block_mask_elements(AttentionConfig(framework="torch", backend="flex", **p))
+                 >= FLEX_MASK_ELEMENTS), None)
+
+
+FLEX_MASKED = {"Design": _flex_masked(POINTS, COMPILED_POINTS["Design"]),
+               "Decode": _flex_masked(DECODE_POINTS, (COMPILED_MASKED["Decode"] or 0) + 1)}
 # Training steps alone (``TrainNN``), from the Sobol points after the first 32: a group's
 # training FLOP rate is a coefficient of its own, and the general design gives it two to
 # four cells.
@@ -99,7 +119,8 @@ def _design_class(prefix: str, index: int, point: dict[str, Any]) -> type:
         "keep": staticmethod(lambda c: GRID == "full" or (
             (c.backend != "loop" or c.heads <= 16)
             and (c.backend not in COMPILING or index < COMPILED_POINTS[prefix]
-                 or index == COMPILED_MASKED.get(prefix)))),
+                 or index == COMPILED_MASKED.get(prefix)
+                 or c.backend == "flex" and index == FLEX_MASKED.get(prefix)))),
         "param_names": ["framework", "backend", *SHAPE_FIELDS, "device", "dtype", "threads"],
         "params": [FRAMEWORKS, DESIGN_BACKENDS, *([point[k]] for k in SHAPE_FIELDS),
                    DEVICE_PARAMS, DTYPES, [THREADS]],

@@ -12,7 +12,7 @@ import pytest
 from test_asv_suite import run_python
 
 from mhabench.core.config import AttentionConfig
-from mhabench.core.cost import TRAIN_FACTOR, cost
+from mhabench.core.cost import TRAIN_FACTOR, block_mask_elements, cost
 from mhabench.core.design import (
     AXES,
     DECODE_BOX,
@@ -173,10 +173,19 @@ def test_design_classes_name_the_config_they_time() -> None:
         if grid == "quick":
             masked = [i for i, p in enumerate(decode_points) if p["masked"]]
             assert masked[0] >= 4  # else the first 4 would hold it already
-            assert {n for n, c in compiling.items() if c} == {
+            # ... and FlexAttention alone at one more masked point of each design whose
+            # block mask (b x n x m padded to 128) holds at least 2^17 elements
+            flex_only = {n for n, c in compiling.items() if c == {"flex"}}
+            assert {n for n, c in compiling.items() if c} - flex_only == {
                 *(f"Design{i:02d}" for i in range(8)), *(f"Decode{i:02d}" for i in range(4)),
                 f"Decode{masked[0]:02d}"}
-            assert all("compiled" in c for n, c in compiling.items() if c)
+            assert len(flex_only) == 2 and {n[:6] for n in flex_only} == {"Design", "Decode"}
+            for name in flex_only:
+                index = int(name[6:])
+                point = (points if name.startswith("Design") else decode_points)[index]
+                config = AttentionConfig(framework="torch", backend="flex", **point)
+                assert point["masked"] and block_mask_elements(config) >= 2**17, name
+                assert index >= (8 if name.startswith("Design") else masked[0] + 1), name
         if grid == "full":
             # every point (FlexAttention's training steps on CUDA)
             assert all(c == {"compiled", "flex"} for c in compiling.values()), compiling

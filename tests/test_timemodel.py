@@ -29,6 +29,7 @@ from mhabench.analysis.timemodel import (
 )
 from mhabench.analysis.validation import error_summary, leave_out
 from mhabench.cli import main
+from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
 
 KEY = ("synth", "torch", "batched", "cpu", "float32")
@@ -283,6 +284,41 @@ def test_the_masked_cost_is_fitted_apart_from_the_constant() -> None:
                for h in (1, 4, 16) for masked in (False, True)]
     model = fit_cells(_cells(configs, truth, None), KEY)
     assert "masked" in model.features
+    for name in FEATURES:
+        assert model.coef[name] == pytest.approx(truth[name], rel=1e-6, abs=1e-15), name
+
+
+def test_block_mask_counts_flexattention_mask_elements_padded_to_its_blocks() -> None:
+    from torch.nn.attention.flex_attention import _DEFAULT_SPARSE_BLOCK_SIZE
+
+    assert backends.get("torch", "flex").mask_block == _DEFAULT_SPARSE_BLOCK_SIZE == 128
+    dec = AttentionConfig(backend="flex", mode="decode", batch=7, n=1, m=329, d=256,
+                          heads=1, cross=True, masked=True)
+    assert feature_values(dec)["block_mask"] == 7 * 128 * 384  # one query row: one block
+    fwd = AttentionConfig(backend="flex", batch=2, n=67, m=129, d=64, heads=4, masked=True,
+                          cross=True)
+    assert feature_values(fwd)["block_mask"] == 2 * 128 * 256
+    # a prefix step (no cache) masks causally over m + 1 rows and keys; a self decode step
+    # (one query, every cached key) has no mask to build
+    prefix = AttentionConfig(backend="flex", mode="prefix", batch=2, n=1, m=300, d=64, heads=4)
+    assert feature_values(prefix)["block_mask"] == 2 * 384 * 384
+    assert feature_values(prefix.replace(mode="decode"))["block_mask"] == 0
+    # the mask is built only for a masked step, and only by a backend that builds one
+    assert feature_values(fwd.replace(masked=False))["block_mask"] == 0
+    for backend in ("batched", "fused", "compiled"):
+        assert feature_values(fwd.replace(backend=backend))["block_mask"] == 0
+
+
+def test_the_block_mask_rate_is_fitted_apart_from_the_masked_call() -> None:
+    # FlexAttention cells, half of them masked at several b, n, m: the fit tells the mask's
+    # cost per element from its cost per call.
+    truth = {**TRUE_COEF, "kv": 0.0, "masked": 2.5e-5, "block_mask": 3e-9}
+    configs = [AttentionConfig(backend="flex", batch=b, n=n, m=m, d=d, heads=h, cross=True,
+                               masked=masked)
+               for b in (1, 6) for n, m in ((64, 96), (300, 700)) for d in (64, 256)
+               for h in (1, 4, 16) for masked in (False, True)]
+    model = fit_cells(_cells(configs, truth, None), KEY)
+    assert {"masked", "block_mask"} <= set(model.features)
     for name in FEATURES:
         assert model.coef[name] == pytest.approx(truth[name], rel=1e-6, abs=1e-15), name
 

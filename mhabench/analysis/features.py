@@ -181,9 +181,16 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   the quick grid of 9bbe862: 18-27 us in torch's fused, loop, reference, compiled and flex
   groups and JAX's fused, 0-8 us in JAX's batched, blockwise, loop and reference and
   torch's batched (which build the keep mask and fill the scores they write anyway).
-  FlexAttention's block mask is not a fixed cost: it grows with b x n x m, n and m
-  padded to 128 (2-5 ns per padded element, nothing at m <= 128; docs/report.md,
-  stop 38), so this term under-predicts its large masked steps.
+  FlexAttention's block mask is not a fixed cost: ``block_mask`` counts it.
+- ``block_mask``: the elements of the dense (b, rows, keys) mask a backend evaluates where it
+  builds a block mask from the lengths on every masked call
+  (:func:`mhabench.core.cost.block_mask_elements`: FlexAttention's ``create_block_mask``,
+  rows and keys padded to 128); 0 for the rest. 20 pairs of masked and unmasked
+  FlexAttention steps (d 88, h 2, b 1-8, n 1-500, m 64-800; 9 repeats each, pairs
+  interleaved, 2026-12-04) took 71 us to 5 ms more masked, 1.6-10 ns a padded element
+  (decode steps 1.6-4.8, forward steps 3-10: their kernel also applies the mask to the
+  blocks it cuts); the grid's masked FlexAttention decode cell (b 7, m 329) was fitted at
+  0.32x its 1.76 ms with the fixed cost alone.
 """
 
 from __future__ import annotations
@@ -202,11 +209,11 @@ from mhabench.analysis.decode_reads import (
 from mhabench.analysis.results import config_from_row
 from mhabench.core.backends import KEY_BLOCK
 from mhabench.core.config import AttentionConfig
-from mhabench.core.cost import TRAIN_FACTOR, cost, step_lengths
+from mhabench.core.cost import TRAIN_FACTOR, block_mask_elements, cost, step_lengths
 
 FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "unaligned_rows",
             "decode_scores", "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads",
-            "loop_heads", "heads", "const", "projects_kv", "masked")
+            "loop_heads", "heads", "const", "projects_kv", "masked", "block_mask")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
                   "unaligned_flops": "FLOPs again where n, m, d or p is not a multiple of 16",
@@ -224,7 +231,8 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "heads": "per-head fixed cost",
                   "const": "fixed per call (train: 3x)",
                   "projects_kv": "fixed per call projecting keys/values (train: 3x)",
-                  "masked": "fixed per call of a masked step (train: 3x)"}
+                  "masked": "fixed per call of a masked step (train: 3x)",
+                  "block_mask": "block mask built per call (b*n*m, padded to its blocks)"}
 # Lengths and widths that are multiples of this many floats run the kernels' fast paths
 # (one AVX-512 vector of float32, one 64-byte cache line); see ``unaligned_flops`` above.
 ALIGN = 16
@@ -268,7 +276,8 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
             "projects_kv": float(factor) if projected else 0.0,
-            "masked": float(factor) if config.masked else 0.0}
+            "masked": float(factor) if config.masked else 0.0,
+            "block_mask": float(block_mask_elements(config))}
 
 
 def beyond(size: np.ndarray | float, cache_bytes: float | None) -> np.ndarray | float:

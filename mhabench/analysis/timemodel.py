@@ -12,6 +12,7 @@ For one machine x framework x backend x device x dtype, a config's time is model
         + c_weight_grads * weight_gradients
         + c_loop_heads * loop_passes + c_heads * heads + c_const
         + c_projects_kv * projects_kv + c_masked * masked
+        + c_block_mask * block_mask_elements
 
 with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
 is there; every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per

@@ -77,6 +77,10 @@ class Backend:
     # Modes on a device where they differ from ``modes`` (a library's kernel may lack a
     # backward on one device): ((device, modes), ...).
     device_modes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # A backend that builds a block mask from the lengths on every masked call evaluates
+    # the mask on each (b, query, key) element, queries and keys padded to this block
+    # (FlexAttention's create_block_mask); None: it builds no such mask.
+    mask_block: int | None = None
 
     def modes_on(self, device: str) -> tuple[str, ...]:
         """The modes this backend runs on ``device``."""
@@ -210,9 +214,12 @@ for _fw, _kernels in FORCED_KERNELS.items():
 register(Backend("compiled", "torch", impl="compiled",
                  summary="torch.compile of the batched layout (recompiles are errors)"))
 # FlexAttention has no backward on CPU (torch 2.13 raises for inputs that require grad):
-# train mode on CUDA only.
+# train mode on CUDA only. Its block mask is built in blocks of MASK_BLOCK queries and keys
+# (torch's _DEFAULT_SPARSE_BLOCK_SIZE; a test checks it).
+MASK_BLOCK = 128
 register(Backend("flex", "torch", impl="flex", modes=("forward", "decode", "prefix"),
                  dropout=False, materialises=False, device_modes=(("cuda", ALL_MODES),),
+                 mask_block=MASK_BLOCK,
                  summary="FlexAttention under torch.compile: block mask from valid_lens, "
                  "enable_gqa (recompiles are errors)"))
 # Online softmax over key blocks (mhabench.layers.jax.blockwise), run inside the batched

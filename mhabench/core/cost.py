@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from mhabench.core import backends
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.kernels import expected_kernel, materialises
 
@@ -110,6 +111,19 @@ def step_lengths(config: AttentionConfig) -> tuple[int, int, int]:
     if config.mode == "prefix":
         return m + 1, m + 1, m + 1
     return n, m, m
+
+
+def block_mask_elements(config: AttentionConfig) -> int:
+    """Elements of the dense (b, rows, keys) mask a masked step evaluates where its backend
+    builds a block mask on every call (:attr:`~mhabench.core.backends.Backend.mask_block`:
+    FlexAttention's ``create_block_mask``, one head for all), rows and keys padded to whole
+    blocks; 0 for an unmasked step or a backend that builds none. Once a step: a training
+    step's backward reuses the forward's mask."""
+    block = backends.get(config.framework, config.backend).mask_block
+    if block is None or not (config.masked or config.causal or config.mode == "prefix"):
+        return 0
+    rows, keys, _ = step_lengths(config)
+    return config.batch * -(-rows // block) * block * -(-keys // block) * block
 
 
 def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
