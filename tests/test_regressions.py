@@ -24,6 +24,7 @@ from mhabench.analysis.regressions import (
     regressions,
 )
 from mhabench.analysis.results import load_results
+from mhabench.analysis.steps import classify, fit_steps, z_score
 from mhabench.measure.machine_load import CellLoad
 from mhabench.report.build import build_report
 
@@ -406,3 +407,20 @@ def test_report_flags_exactly_the_cells_that_got_slower(tmp_path: Path) -> None:
     assert len(histories(frame, commit_order(frame, None), ("time",))) == 7
     memory = next(s for s in report.sections if s.id == "memory-and-track")
     assert memory.absent  # the synthetic suite has no peakmem_/track_ benchmark
+
+
+def test_a_wiggle_below_the_threshold_does_not_split_a_steps_new_level() -> None:
+    # A backend's median cell over eight real commits (log, the 2x plant at the fifth;
+    # tests/test_history_real.py, 2026-12-04): with the series' small noise the Potts solver
+    # cut the plant's commit off as a level of its own, and the step "rested on one commit".
+    series = np.array([-0.38, -0.39, -0.37, -0.35, 0.45, 0.37, 0.41, 0.35])
+    for sigma in (0.005, 0.01, 0.02, 0.05):
+        [(before, after, change)] = fit_steps(series, sigma, 1.1)
+        assert (before, after) == ((0, 4), (4, 8)), sigma
+        assert change == np.median(series[4:]) - np.median(series[:4])
+        z = z_score(change, sigma, 4, 4)
+        assert classify(z, (4, 4), after, 4, 4, len(series) - 1)[0] == "holds"
+    # Steps as large as the threshold stay apart: a staircase is two steps.
+    stairs = np.array([0, 0, 0, 0, 0.7, 0.7, 0.7, 1.4, 1.4, 1.4])
+    assert [(b, a) for b, a, _ in fit_steps(stairs, 0.01, 1.1)] == [((0, 4), (4, 7)),
+                                                                     ((4, 7), (7, 10))]

@@ -48,10 +48,32 @@ def fit_steps(y: np.ndarray, sigma: float, threshold: float
     _, _, jumps = step_detect.detect_regressions(fitted, threshold - 1)
     out = []
     for before, after, _, _ in jumps or ():
-        seg_b = next(s for s in segments if s[0] <= before < s[1])
-        seg_a = next(s for s in segments if s[0] == after)
-        out.append((seg_b, seg_a, levels[segments.index(seg_a)] - levels[segments.index(seg_b)]))
+        i_b = next(i for i, s in enumerate(segments) if s[0] <= before < s[1])
+        i_a = next(i for i, s in enumerate(segments) if s[0] == after)
+        seg_b = _same_level(y, segments, levels, i_b, -1, math.log(threshold))
+        seg_a = _same_level(y, segments, levels, i_a, +1, math.log(threshold))
+        out.append((seg_b, seg_a, float(np.median(y[seg_a[0]:seg_a[1]])
+                                        - np.median(y[seg_b[0]:seg_b[1]]))))
     return out
+
+
+def _same_level(y: np.ndarray, segments: Sequence[tuple[int, int]], levels: Sequence[float],
+                i: int, way: int, within: float) -> tuple[int, int]:
+    """Segment ``i`` widened over its neighbours away from the step (``way`` -1: earlier,
+    +1: later) while the next one's level lies within ``within`` (the threshold, in log) of
+    the widened span's median: a change below the threshold is no step, and the Potts
+    solver splits a series whose noise is small at such wiggles. A backend's median cell
+    over eight commits, 2.2x slower at the fifth, read +0.45 there and +0.35 to +0.41 after
+    it (log, 0.02 noise): split off, the step rested on one commit and read as a candidate
+    where it held over four."""
+    lo = hi = i
+    while 0 <= (lo if way < 0 else hi) + way < len(segments):
+        nxt = (lo if way < 0 else hi) + way
+        span = y[segments[lo][0]:segments[hi][1]]
+        if abs(levels[nxt] - float(np.median(span))) >= within:
+            break
+        lo, hi = min(lo, nxt), max(hi, nxt)
+    return segments[lo][0], segments[hi][1]
 
 
 def z_score(change: float, sigma: float, n_b: int, n_a: int) -> float:
