@@ -209,7 +209,7 @@ from mhabench.analysis.decode_reads import (
 from mhabench.analysis.results import config_from_row
 from mhabench.core.backends import KEY_BLOCK
 from mhabench.core.config import AttentionConfig
-from mhabench.core.cost import TRAIN_FACTOR, block_mask_elements, cost, step_lengths
+from mhabench.core.cost import TRAIN_FACTOR, block_mask_elements, cost, padded, step_lengths
 
 FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "unaligned_rows",
             "decode_scores", "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads",
@@ -296,8 +296,7 @@ def scored_keys(config: AttentionConfig) -> int:
     keys = step_lengths(config)[1]
     if config.framework != "jax" or config.backend != "blockwise":
         return keys
-    block = min(KEY_BLOCK, keys)
-    return -(-keys // block) * block
+    return padded(keys, min(KEY_BLOCK, keys))
 
 
 def aligned(*sizes: int) -> bool:

@@ -113,6 +113,17 @@ def step_lengths(config: AttentionConfig) -> tuple[int, int, int]:
     return n, m, m
 
 
+def masks_keys(config: AttentionConfig) -> bool:
+    """Whether a step masks keys: a key mask (``valid_lens``), or a causal or prefix step
+    (its causal mask)."""
+    return config.masked or config.causal or config.mode == "prefix"
+
+
+def padded(size: int, block: int) -> int:
+    """``size`` rounded up to whole blocks of ``block``."""
+    return -(-size // block) * block
+
+
 def block_mask_elements(config: AttentionConfig) -> int:
     """Elements of the dense (b, rows, keys) mask a masked step evaluates where its backend
     builds a block mask on every call (:attr:`~mhabench.core.backends.Backend.mask_block`:
@@ -120,10 +131,10 @@ def block_mask_elements(config: AttentionConfig) -> int:
     blocks; 0 for an unmasked step or a backend that builds none. Once a step: a training
     step's backward reuses the forward's mask."""
     block = backends.get(config.framework, config.backend).mask_block
-    if block is None or not (config.masked or config.causal or config.mode == "prefix"):
+    if block is None or not masks_keys(config):
         return 0
     rows, keys, _ = step_lengths(config)
-    return config.batch * -(-rows // block) * block * -(-keys // block) * block
+    return config.batch * padded(rows, block) * padded(keys, block)
 
 
 def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
@@ -142,7 +153,7 @@ def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
     attention = 2 * n * keys * d + 2 * n * keys * d
     # prefix and causal cells mask too; the model counts their whole map, as the eager
     # backends compute it (a causal flash kernel skips about half: the GPU report says so)
-    masked = config.masked or config.causal or config.mode == "prefix"
+    masked = masks_keys(config)
     train = config.mode == "train"
     ops = (TRAIN_ELEMENTWISE_OPS if train else ELEMENTWISE_OPS) + \
         ((TRAIN_MASK_OPS if train else MASK_OPS) if masked else 0)
