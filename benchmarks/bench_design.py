@@ -23,6 +23,7 @@ decode and 16 training ones, every cell.
 
 from typing import Any
 
+from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import block_mask_elements
 from mhabench.core.design import (
@@ -90,8 +91,8 @@ FLEX_MASK_ELEMENTS = 2**17
 
 
 def _flex_masked(points: list[dict[str, Any]], start: int) -> int | None:
-    # (no training points: FlexAttention has no CPU backward)
-    return next((i for i, p in enumerate(points) if i >= start and p["mode"] != "train"
+    modes = backends.get("torch", "flex").modes_on("cpu")  # no CPU backward: no training
+    return next((i for i, p in enumerate(points) if i >= start and p["mode"] in modes
                  and block_mask_elements(AttentionConfig(framework="torch", backend="flex", **p))
                  >= FLEX_MASK_ELEMENTS), None)
 

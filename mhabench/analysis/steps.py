@@ -67,11 +67,8 @@ def _same_level(y: np.ndarray, segments: Sequence[tuple[int, int]], levels: Sequ
     it (log, 0.02 noise): split off, the step rested on one commit and read as a candidate
     where it held over four."""
     lo = hi = i
-    while 0 <= (lo if way < 0 else hi) + way < len(segments):
-        nxt = (lo if way < 0 else hi) + way
-        span = y[segments[lo][0]:segments[hi][1]]
-        if abs(levels[nxt] - float(np.median(span))) >= within:
-            break
+    while 0 <= (nxt := lo - 1 if way < 0 else hi + 1) < len(segments) and abs(
+            levels[nxt] - float(np.median(y[segments[lo][0]:segments[hi][1]]))) < within:
         lo, hi = min(lo, nxt), max(hi, nxt)
     return segments[lo][0], segments[hi][1]
 
