@@ -208,7 +208,7 @@ def test_validate_reads_its_sample_at_the_grid_quick_speed_and_shows_it_as_read(
     assert data["as_read"]["all"]["cells"] == 3
     assert "read at the machine's quick speed" in out.err
     assert as_read_line(data["as_read"]) in out.out
-    report = build_report(load_results(results), log=lambda m: None, validation=data)
+    report = build_report(load_results(results), log=lambda m: None, validations=[data])
     section = next(s for s in report.sections if s.id == "validation")
     assert as_read_line(data["as_read"]) in section.text[0]
     assert "as the grid's cells were" in section.text[0]

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
@@ -203,7 +204,7 @@ def test_validate_times_fresh_configs_saves_once_and_feeds_the_report(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("mhabench validate: error:") and "never overwritten" in err[-1]
     report = build_report(load_results(REAL), log=lambda m: None,
-                          validation=load_validation(saved))
+                          validations=[load_validation(saved)])
     section = next(s for s in report.sections if s.id == "validation")
     configs = next(t.frame for t in section.tables if t.name == "random-configs")
     assert not section.absent and len(configs) == 3
@@ -251,3 +252,108 @@ def test_model_beats_one_flop_rate_on_random_configs_it_never_saw(
     assert s["cells"] == 24
     assert s["median_factor_error"] < s["flop_rate_median_factor_error"]
     assert s["worst_factor_error"] < s["flop_rate_worst_factor_error"]
+
+
+def _file(seed: int, errors: list[float], ratios: list[float], inside: int | None = None,
+          machine: str = "m") -> dict:
+    """A saved validation with configs whose predictions miss by ``errors`` (predicted over
+    measured against the grid's day, the drift being the anchors' median) and anchors at
+    ``ratios``; the first ``inside`` configs lie inside the fitted ranges."""
+    drift = float(np.median(ratios))
+    inside = len(errors) if inside is None else inside
+    rows = [{"config_id": f"c{seed}-{i}", "mode": "forward", "measured_s": 1e-3 * drift,
+             "predicted_s": 1e-3 * (1 + e), "flop_rate_s": 2e-3, "signed_error": e,
+             "rel_error": abs(e), "flop_rate_rel_error": 1.0, "extrapolated": i >= inside,
+             "extrapolation": "" if i < inside else "n 9 > 8"} for i, e in enumerate(errors)]
+    return {"kind": "mhabench-validation", "machine": machine, "seed": seed, "box": "fitted",
+            "created": f"2026-12-0{seed}", "sample": len(errors), "rows": rows,
+            "anchors": [{"config_id": f"a{i}", "asv_s": 1e-3, "measured_s": 1e-3 * r,
+                         "ratio": r} for i, r in enumerate(ratios)],
+            "summary": {"anchored": {"drift": drift}}}
+
+
+def test_floor_judges_each_anchor_by_the_others_and_the_tail_counts_past_the_goal() -> None:
+    from mhabench.analysis.validation_samples import (
+        WORST_GOAL,
+        floor_errors,
+        newest,
+        pooled_tail,
+        samples_table,
+        tail_line,
+    )
+
+    # the drift of the other three anchors is 1.0: the slow one is 50 % off as a
+    # prediction of its own grid time; with the drift of all four (1.0) it would be too,
+    # but a lone anchor near the median would read 0 against a drift it set itself
+    assert floor_errors(_file(1, [0.0], [1.0, 1.0, 1.0, 2.0])) == pytest.approx(
+        [0.0, 0.0, 0.0, 0.5])
+    assert floor_errors(_file(1, [0.0], [0.8, 1.25])) == pytest.approx([0.5625, 0.36])
+    assert len(floor_errors(_file(1, [0.0], [1.0]))) == 0  # no other anchor to judge by
+    a = _file(1, [0.1, -0.2, 0.5, 0.9], [1.0, 1.1, 0.9, 1.0], inside=3)
+    b = _file(2, [0.05, -0.4, 0.0, 0.3], [2.0, 2.0, 2.0, 3.0])
+    assert newest([a, b]) is b
+    table = samples_table([a, b])
+    assert table["seed"].tolist() == [1, 2] and table["inside"].tolist() == [3, 4]
+    # errors against the grid's day: the drift the file recorded comes out again
+    assert table["worst (%)"].tolist() == pytest.approx([90, 40])
+    assert table["inside worst (%)"].tolist() == pytest.approx([50, 40])
+    assert table["FLOP model median (%)"].tolist() == pytest.approx([100, 100])
+    assert table["floor worst (%)"].iloc[1] == pytest.approx(100 / 3)
+    tail = pooled_tail([a, b]).set_index("what")
+    model = tail.loc["configs inside the fitted ranges"]
+    # 7 configs inside (the 0.9 one is an extrapolation): 0.5 and -0.4 lie past 35 %
+    assert (model["count"], model["past goal"]) == (7, 2)
+    assert model["sample meets goal (%)"] == pytest.approx(100 * (5 / 7) ** 4)
+    floor = tail.loc["grid cells re-timed (the floor)"]
+    assert (floor["count"], floor["past goal"]) == (8, 0)
+    assert floor["sample meets goal (%)"] == pytest.approx(100)
+    assert pooled_tail([a, b], sample=24).set_index("what").loc[
+        "configs inside the fitted ranges", "sample meets goal (%)"] == pytest.approx(
+            100 * (5 / 7) ** 24)
+    line = tail_line(pooled_tail([a, b]))
+    assert "2 of 7 configs" in line and f"more than {100 * WORST_GOAL:.0f}% off" in line
+    # machines apart: a third file of another machine makes its own rows
+    other = pooled_tail([a, b, _file(3, [0.0, 0.0], [1.0, 1.0], machine="n")])
+    assert sorted(set(other["machine"])) == ["m", "n"]
+    assert other[other["machine"] == "m"]["count"].tolist() == [7, 8]
+
+
+def test_report_pools_several_real_validations_and_refuses_one_given_twice(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two samples timed here (seeds 0 and 1) against the real fixture, then the report
+    CLI with both: one row per sample and the pooled tail, counted from the files."""
+    from mhabench.analysis.validation_samples import floor_errors
+
+    files = []
+    for seed in (0, 1):
+        files.append(tmp_path / f"v{seed}.json")
+        assert main(["validate", "--results", str(REAL), "--sample", "3", "--seed", str(seed),
+                     "--rounds", "1", "--repeats", "2", "--warmup", "1", "--anchors", "3",
+                     "--save", str(files[-1])]) == 0
+    capsys.readouterr()
+    out = tmp_path / "r.html"
+    # the same file twice would count its sample twice: refused, nothing written
+    assert main(["report", "--results", str(REAL), "--out", str(out),
+                 "--validation", str(files[0]), str(files[0])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "more than once" in err[-1] and not out.exists()
+    assert main(["report", "--results", str(REAL), "--out", str(out),
+                 "--validation", *map(str, files)]) == 0
+    data = [load_validation(f) for f in files]
+    tables = out.with_name("r_tables")
+    samples = pd.read_csv(tables / "validation--samples.csv")
+    assert samples["seed"].tolist() == [0, 1] and samples["configs"].tolist() == [3, 3]
+    for row, d in zip(samples.to_dict("records"), data, strict=True):
+        assert row["drift"] == pytest.approx(d["summary"]["anchored"]["drift"])
+        assert row["median (%)"] == pytest.approx(
+            100 * d["summary"]["anchored"]["all"]["median_rel_error"])
+    tail = pd.read_csv(tables / "validation--tail.csv").set_index("what")
+    inside = [r for d in data for r in d["rows"] if not r["extrapolated"]]
+    assert tail.loc["configs inside the fitted ranges", "count"] == len(inside)
+    floor = np.concatenate([floor_errors(d) for d in data])
+    assert tail.loc["grid cells re-timed (the floor)", "count"] == 6
+    assert tail.loc["grid cells re-timed (the floor)", "past goal"] == int((floor > 0.35).sum())
+    configs = pd.read_csv(tables / "validation--random-configs.csv")
+    assert sorted(configs["seed"].tolist()) == [0, 0, 0, 1, 1, 1]
+    page = out.read_text()
+    assert "2 samples given" in page and "Configs past the worst-error goal" in page

@@ -22,8 +22,9 @@ def add_command(sub: Any) -> None:
                    help="new report file NAME.html (NAME.md and NAME_tables/ go beside it)")
     p.add_argument("--traces", default=None, help="profiler logdir from mhabench profile")
     add_history_args(p)
-    p.add_argument("--validation", default=None, metavar="FILE.json",
-                   help="random-config validation written by mhabench validate --save")
+    p.add_argument("--validation", nargs="+", default=[], metavar="FILE.json",
+                   help="random-config validation(s) written by mhabench validate --save; "
+                        "several: one row per sample and their pooled tail")
     p.set_defaults(func=run)
 
 
@@ -37,11 +38,16 @@ def run(args: argparse.Namespace) -> int:
 
     threshold = history_threshold(args)
     check_outputs(args.out, args.results)  # refuse before any slow work
-    validation = None
-    if args.validation is not None:
+    validations = []
+    if args.validation:
         from mhabench.analysis.validation import load_validation
 
-        validation = load_validation(args.validation)
+        given = [Path(p).resolve() for p in args.validation]
+        twice = sorted({str(p) for p in given if given.count(p) > 1})
+        if twice:
+            raise CLIError(f"--validation names {', '.join(map(repr, twice))} more than once: "
+                           "each sample may count once")
+        validations = [load_validation(p) for p in args.validation]
     if args.traces is not None and not Path(args.traces).is_dir():
         raise CLIError(f"--traces {args.traces!r} is not a folder")
     progress(f"loading {args.results}")
@@ -52,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
         progress(f"reading traces under {args.traces}")
         traces = breakdown_table(args.traces)
-    report = build_report(results, traces, threshold, repo=args.repo, validation=validation,
+    report = build_report(results, traces, threshold, repo=args.repo, validations=validations,
                           confirm_dir=args.confirmations)  # --load: read with the results
     progress("rendering plots and writing files")
     paths = write_report(report, args.out)

@@ -12,7 +12,7 @@ or if the output would land inside the results folder.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from mhabench.report import (
     sections_model,
     sections_overview,
     sections_profile,
+    sections_validation,
 )
 from mhabench.report.context import Context
 from mhabench.report.palette import Palette
@@ -50,7 +51,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
     ("time-model", "Calibrated time model and its leave-out accuracy",
      sections_model.timemodel_section),
     ("validation", "The time model on random configs off the grid",
-     sections_model.validation_section),
+     sections_validation.validation_section),
     ("scaling", "Scaling in n and d", sections_compare.scaling_section),
     ("self-vs-cross", "Self- against cross-attention", sections_compare.cross_section),
     ("mha-gqa-mqa", "MHA against GQA and MQA", sections_compare.variants_section),
@@ -74,13 +75,13 @@ def progress(message: str) -> None:
 def build_report(results: Any, traces: pd.DataFrame | None = None,
                  threshold: float = DEFAULT_THRESHOLD,
                  log: Callable[[str], None] = progress, repo: str | Path | None = None,
-                 validation: dict[str, Any] | None = None,
+                 validations: Sequence[dict[str, Any]] = (),
                  load_dir: str | Path | None = None,
                  confirm_dir: str | Path | None = None) -> Report:
     """Every section of the report from loaded :class:`mhabench.analysis.results.Results`.
 
     ``repo``: the git repository whose history orders the commits (else the dates asv
-    recorded); ``validation``: what ``mhabench validate --save`` wrote, for its section;
+    recorded); ``validations``: the files ``mhabench validate --save`` wrote, for its section;
     ``load_dir``: the machine-load records (``mhabench.measure.machine_load``); ``confirm_dir``:
     the verdicts of ``mhabench confirm``. Both default to their folders beside the results
     (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
@@ -99,7 +100,7 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
                                    traces, threshold,
                                    underdetermined=underdetermined(results.frame, by_group),
                                    order=commit_order(results.frame, repo),
-                                   validation=validation,
+                                   validations=list(validations),
                                    loads=read_records(load_dir) if load_dir
                                    else results.loads if results.loads is not None
                                    else read_records(beside_results(results.root, LOAD_FOLDER)),

@@ -4,7 +4,7 @@ share: naming a config's shape, finding head sweeps, plotting them."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ class Context:
     threshold: float
     underdetermined: dict[Key, int] | None = None  # groups too small to fit: their cells
     order: Order | None = None  # commit order for the regression sections
-    validation: dict[str, Any] | None = None  # what mhabench validate --save wrote
+    validations: list[dict[str, Any]] = field(default_factory=list)  # validate --save files
     # the machine's load while cells timed: (commit, env, asv cell) -> CellLoad
     loads: dict[tuple[str, str, str], Any] | None = None
     # re-measured steps (mhabench confirm): (machine, asv cell, before, after) -> verdict

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
 from mhabench.core.cost import TRAIN_FACTOR
 from mhabench.report.context import Context
 from mhabench.report.palette import FRAMEWORK_NAMES
@@ -141,11 +142,15 @@ def accuracy(ctx: Context, sections: dict[str, Section], machine: str) -> str | 
         parts.append(f"leave-out median error {100 * mine['rel_error'].median():.0f}% "
                      f"(worst {100 * mine['rel_error'].max():.0f}%, {len(mine)} cells; the "
                      f"FLOP model at one rate {100 * mine['flop_rate_rel_error'].median():.0f}%)")
-    data = ctx.validation
-    if data is not None and data.get("machine") in (machine, None) and data["rows"]:
+    mine = [d for d in ctx.validations if d.get("machine") in (machine, None) and d["rows"]]
+    if mine:
+        data = newest(mine)
         part = data["summary"]["all"]
         parts.append(f"random configs off the grid: median {100 * part['median_rel_error']:.0f}%"
-                     f" ({part['cells']} configs)")
+                     f" ({part['cells']} configs, seed {data.get('seed')})")
+        tail = pooled_tail(mine) if len(mine) > 1 else None
+        if tail is not None and len(tail):
+            parts.append(tail_line(tail))
     elif parts:
         parts.append("random off-grid sample not given (mhabench validate --save, then "
                      "--validation)")

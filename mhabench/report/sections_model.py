@@ -1,6 +1,6 @@
 """Sections about the calibrated time model: the per-head decomposition of each head sweep
-(with how well the model fits it), the fitted coefficients and the leave-out check, and
-the random off-grid validation that ``mhabench validate --save`` wrote."""
+(with how well the model fits it), the fitted coefficients and the leave-out check (the
+random off-grid validation is :mod:`mhabench.report.sections_validation`)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,8 @@ from mhabench.analysis.timemodel import (
     timing_cells,
 )
 from mhabench.analysis.validation import (
-    PART_LABELS,
-    anchored_line,
-    as_read_line,
-    common_scale_line,
     error_summary,
     leave_out,
-    part_line,
 )
 from mhabench.core.kernels import SCORE_TERMS
 from mhabench.report.context import (
@@ -214,7 +209,8 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
     return coef
 
 
-def _percent(summary: pd.DataFrame) -> pd.DataFrame:
+def percent_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """An :func:`error_summary` with its errors in percent under :data:`PERCENT`'s names."""
     summary[list(PERCENT)] = 100 * summary[list(PERCENT)].astype(float)
     summary[["cells", "extrapolated"]] = summary[["cells", "extrapolated"]].astype(int)
     return summary.rename(columns=PERCENT)
@@ -239,7 +235,7 @@ def timemodel_section(ctx: Context) -> Section:
                             f"{MIN_CELLS} training cells).")
         return section
     overall = error_summary(errors).iloc[0]
-    per_machine, per_group = (_percent(error_summary(errors, by=by)) for by in (
+    per_machine, per_group = (percent_table(error_summary(errors, by=by)) for by in (
         ["machine"], ["machine", "framework", "backend", "device"]))
     section.tables[:0] = [
         Table("accuracy", "Leave-out relative error (%) per machine: calibrated model and the "
@@ -293,72 +289,3 @@ def _residual_plots(section: Section, errors: pd.DataFrame, ctx: Context) -> Non
                                 "rank correlation and verdict", trends))
     section.text.append("Residuals against each field (left-out cells): " + "; ".join(
         f"{r['field']}: {r['verdict']}" for r in trends.to_dict("records")) + ".")
-
-
-# ----- random validation off the grid -----------------------------------------------------
-def validation_section(ctx: Context) -> Section:
-    data = ctx.validation
-    if data is None:
-        return Section("", "", absent="No random validation given: run mhabench validate "
-                                      "--results DIR --save FILE.json on the results' machine "
-                                      "and pass --validation FILE.json.")
-    rows = pd.DataFrame(data["rows"])
-    if rows.empty:
-        return Section("", "", absent="The validation file holds no timed configs.")
-    s = data["summary"]
-    table = pd.DataFrame({
-        "config": rows["config_id"], "measured (ms)": 1e3 * rows["measured_s"],
-        "predicted (ms)": 1e3 * rows["predicted_s"], "error (%)": 100 * rows["signed_error"],
-        "FLOP model (ms)": 1e3 * rows["flop_rate_s"],
-        "FLOP model error (%)": 100 * (rows["flop_rate_s"] / rows["measured_s"] - 1),
-        "extrapolation": rows["extrapolation"].fillna("")})
-    # as measured, then against the grid's day (each measurement over the machine's drift)
-    sources = [(s, ""), *([(s["anchored"], ", against the grid's day")]
-                          if s.get("anchored", {}).get("cells") else [])]
-    summary = pd.DataFrame([{"configs": what + suffix, "cells": part[k].get("cells", 0),
-                             **{PERCENT[c]: 100 * part[k][c] if part[k].get("cells") else np.nan
-                                for c in PERCENT}}
-                            for part, suffix in sources
-                            for k, what in PART_LABELS.items() if k in part])
-    # per mode: a decode step's time is its reads, which depend on what stayed in a CPU cache
-    # between calls, and its errors run higher than the others' (fresh samples of
-    # 2026-12-04: median 15 % against 10-13 %); the overall median hides that
-    by_mode = _percent(error_summary(rows, by=["mode"]))
-    section = Section("", "", tables=[
-        Table("summary", "Relative error on the random configs (%)", summary),
-        Table("by-mode", "Relative error per mode, as measured (%)", by_mode),
-        Table("random-configs", "Random configs off the grid, timed fresh: measured against "
-              "predicted", table, detail=True)])
-
-    box = ("inside the ranges each model was fitted on" if data.get("box") == "fitted" else
-           "from a box wider than the fitted ranges (each size from half the smallest to "
-           "twice the largest fitted)")
-    busy = data.get("other_cores")
-    quick = data.get("slowdown_median")
-    section.text.append(
-        f"{len(rows)} configs drawn at random (seed {data.get('seed')}) off the benchmark "
-        f"grid (odd widths, head counts off the powers of two, n != m, GQA ratios, masking), "
-        f"{box}, timed fresh"
-        + (f", interleaved ({data['rounds']} rounds)" if data.get("rounds") else "")
-        + (f", while other processes took {busy:.2f} cores" if busy is not None else "")
-        + (f", each timing divided by the slowdown its speed probe read against the grid's "
-           f"quick reading (median x{quick:.2f}), as the grid's cells were"
-           if quick is not None else "")
-        + f" on host {data.get('host')!r} against the models of machine "
-        f"{data.get('machine')!r} ({data.get('created', '')[:19]}): the model could not have "
-        "been tuned on them. Relative error, calibrated model: "
-        + "; ".join(part_line(s[k], label) for k, label in PART_LABELS.items()) + "; "
-        + anchored_line(s) + "; "
-        + common_scale_line(s) + " (the machine's speed moves from day to day, by 20 % "
-        "within half an hour on shared VMs: grid cells timed with the sample measure how "
-        "far since the grid; a scale per model removes it too and leaves how each model "
-        "follows the configs)."
-        + (" " + as_read_line(data["as_read"]) + "." if data.get("as_read") else ""))
-    section.plots.append(Plot(
-        "Random configs: predicted against measured", "measured (ms)", "predicted (ms)",
-        {"calibrated model": ((1e3 * rows["measured_s"]).tolist(),
-                              (1e3 * rows["predicted_s"]).tolist()),
-         "FLOP model, one rate": ((1e3 * rows["measured_s"]).tolist(),
-                                  (1e3 * rows["flop_rate_s"]).tolist())},
-        logx=True, logy=True, style="scatter", diagonal=True))
-    return section
