@@ -293,6 +293,9 @@ def test_main_job_keeps_earlier_results_and_writes_a_new_report() -> None:
     assert "--append-samples" in asv_run and "--record-samples" in asv_run
     assert "--quick" not in asv_run  # --quick would overwrite stored results
     assert "mhabench report" in text and "$(date -u" in text  # a new file each run
+    # the report pools this commit's samples, the new one among them
+    assert 'validation="reports/validation-$stamp.json"' in text
+    assert 'stamp="$commit-' in text and '--validation reports/validation-"$commit"-*.json' in text
 
 
 def test_asv_discovery_imports_no_framework_up_front() -> None:
