@@ -159,6 +159,21 @@ def test_weights_feature_counts_the_projection_weights_each_step_reads() -> None
         "weight_grads"] == 0
 
 
+def test_weights_gemm_counts_the_weights_of_matrix_products_not_batch_one_decode() -> None:
+    # a decode step at batch 1 projects one row: matrix-vector products, no GEMM term
+    dec = AttentionConfig(mode="decode", n=1, batch=1, d=256, heads=8)
+    assert feature_values(dec)["weights"] > 0 and feature_values(dec)["weights_gemm"] == 0
+    # two rows or more run the BLAS's GEMM path: the weights again, per step
+    for config in (dec.replace(batch=2), AttentionConfig(batch=1, n=5),
+                   AttentionConfig(mode="train", batch=1, n=5)):
+        values = feature_values(config)
+        assert values["weights_gemm"] == values["weights"] > 0, config
+    # a cross decode step reads only W_q and W_o (its K/V are cached): the same count
+    cross = dec.replace(batch=3, cross=True)
+    assert feature_values(cross)["weights_gemm"] == feature_values(cross)["weights"] == (
+        2 * 256 * 256)
+
+
 def test_loop_heads_counts_the_loop_backends_per_head_passes_over_activations() -> None:
     # Each query head reads the (b, n, d) queries through its W_q slice and adds its share
     # of the (b, n, d) output; each key/value head reads the (b, m, d) source.

@@ -135,6 +135,21 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   decode points and four validate samples (96 configs, seeds 200-203, 2026-12-03):
   decode's median error 44 % -> 33 % in leave-out and 42 % -> 38 % off the grid; all modes
   20 % -> 21 % and 17 % -> 18 %, unchanged within the samples' scatter.
+- ``weights_gemm``: the ``weights`` count again wherever the projections are matrix
+  products, every step but a decode step at batch 1, whose projections are matrix-vector
+  products that stream each weight once. A BLAS runs a product of a few rows on its GEMM
+  path, which costs more per weight than a GEMV, not in proportion to the rows: timed alone
+  (one thread, median of 200 calls), ``x @ W.T`` at d = 736 took 57 us for 1 row and 104
+  us for 2 in torch (73 and 149 us in JAX), where the second row's FLOPs take 13 us at
+  the machine's matmul rate. Without the term the grid's torch decode cells at batch 1
+  with large weights ran 0.67-0.83x their prediction and those at batch 3-4 1.25-1.4x;
+  fitted, torch's groups pay 0.7-0.8e-10 s a weight at batch 1 and 2.1-2.7e-10 more
+  beyond it, JAX's 0.3-0.6e-10 more. Off the grid (432 validate configs of seeds 796-815
+  re-predicted on the quick grids of 3901cac and of 9434f4f on two days, 2026-12-05):
+  configs more than 35 % off 17/16/20 -> 14/12/17, the 90th percentile 24.7/26.9/27.1 % ->
+  22.9/25.8/25.6 %, the median 8.9/9.5/9.6 % -> 8.9/8.9/9.7 %; grid leave-out median 9.7 ->
+  9.6 % and 9.8 -> 9.0 %, its worst 162 -> 301 % (a FlexAttention decode cell left out at
+  m = 1560, past its fold's range, in a group of 18 cells).
 - ``weight_grads``: the weight gradients a training step writes, the ``weights`` count
   once (0 for the other modes): the backward's traffic over the d x d matrices is not the
   forward's twice over. Counted only as 3x the forward's weights, training steps' median
@@ -212,7 +227,8 @@ from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, block_mask_elements, cost, padded, step_lengths
 
 FEATURES = ("flops", "train_flops", "unaligned_flops", "map", "unaligned_map", "unaligned_rows",
-            "decode_scores", "spill", "kv", "kv_spill", "kv_copy", "weights", "weight_grads",
+            "decode_scores", "spill", "kv", "kv_spill", "kv_copy", "weights", "weights_gemm",
+            "weight_grads",
             "loop_heads", "heads", "const", "projects_kv", "masked", "block_mask")
 FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "train_flops": "training steps' FLOPs, again (the backward's rate)",
@@ -226,6 +242,8 @@ FEATURE_LABELS = {"flops": "FLOPs (flops_model)",
                   "kv_spill": "decode: keys/values read or copied past the cache",
                   "kv_copy": "decode: keys/values copied before the read",
                   "weights": "projection weights read (2d^2 + 2d*h_kv*p)",
+                  "weights_gemm": "weights again where the projections are matrix products "
+                                  "(all but batch-1 decode steps)",
                   "weight_grads": "training: weight gradients written (2d^2 + 2d*h_kv*p)",
                   "loop_heads": "loop: per-head passes over activations (b*d*(n*h + m*h_kv))",
                   "heads": "per-head fixed cost",
@@ -272,6 +290,7 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "kv_spill": (kv + copied) * float(beyond(decode_working_set_bytes(config),
                                                      kv_cache_bytes)),
             "kv_copy": copied, "weights": float(weights * factor),
+            "weights_gemm": float(weights * factor) if config.batch > 1 or not decode else 0.0,
             "weight_grads": float(weights) if config.mode == "train" else 0.0,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),

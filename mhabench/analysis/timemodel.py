@@ -9,6 +9,7 @@ For one machine x framework x backend x device x dtype, a config's time is model
         + c_spill * spilled_map_elements
         + c_kv * decode_kv_elements + c_kv_spill * kv_elements_past_the_cache
         + c_kv_copy * copied_kv_elements + c_weights * weights
+        + c_weights_gemm * weights_in_matrix_products
         + c_weight_grads * weight_gradients
         + c_loop_heads * loop_passes + c_heads * heads + c_const
         + c_projects_kv * projects_kv + c_masked * masked
