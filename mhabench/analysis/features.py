@@ -149,7 +149,13 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   configs more than 35 % off 17/16/20 -> 14/12/17, the 90th percentile 24.7/26.9/27.1 % ->
   22.9/25.8/25.6 %, the median 8.9/9.5/9.6 % -> 8.9/8.9/9.7 %; grid leave-out median 9.7 ->
   9.6 % and 9.8 -> 9.0 %, its worst 162 -> 301 % (a FlexAttention decode cell left out at
-  m = 1560, past its fold's range, in a group of 18 cells).
+  m = 1560, past its fold's range, in a group of 18 cells). Seeds drawn after the term was
+  chosen (816-822, 144 configs, timed on the grid of 9434f4f with it): re-predicted
+  without and with it on the three grids, the median 10.2/9.5/11.7 % -> 9.0/9.0/11.0 %,
+  the 90th percentile 25.0/22.9/27.6 % -> 24.6/22.4/26.8 %, but configs past 35 % 4/2/5
+  -> 6/4/6: the fits charge a GEMM 2.1-2.7e-10 s a weight more, where the products timed
+  alone cost about 0.75e-10 more once FLOPs are paid (33-51 us at d = 736 from 2 to 8
+  rows), and a decode step at batch 2 with large weights reads up to 1.4x its time.
 - ``weight_grads``: the weight gradients a training step writes, the ``weights`` count
   once (0 for the other modes): the backward's traffic over the d x d matrices is not the
   forward's twice over. Counted only as 3x the forward's weights, training steps' median
