@@ -40,14 +40,20 @@ def newest(validations: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return max(validations, key=lambda d: str(d.get("created", "")))
 
 
+def drift(data: Mapping[str, Any]) -> float | None:
+    """The machine's drift since the grid that a saved validation measured (its anchors'
+    median ratio), None where it timed no anchors."""
+    return (data["summary"].get("anchored") or {}).get("drift") or None
+
+
 def config_errors(data: Mapping[str, Any]) -> pd.DataFrame:
     """One saved validation's configs with ``error``: against the grid's day where the
     file measured the drift, else as measured (older files, or ``--anchors 0``)."""
     rows = pd.DataFrame(data["rows"])
     if rows.empty:
         return rows.assign(error=pd.Series(dtype=float))
-    drift = (data["summary"].get("anchored") or {}).get("drift") or 1.0
-    return rows.assign(error=(rows["predicted_s"] * drift / rows["measured_s"] - 1).abs())
+    scale = drift(data) or 1.0
+    return rows.assign(error=(rows["predicted_s"] * scale / rows["measured_s"] - 1).abs())
 
 
 def floor_errors(data: Mapping[str, Any]) -> np.ndarray:
@@ -69,13 +75,13 @@ def samples_table(validations: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             continue
         inside = errors[~errors["extrapolated"].astype(bool)]
         floor = floor_errors(data)
-        drift = (data["summary"].get("anchored") or {}).get("drift")
-        flop = (errors["flop_rate_s"] * (drift or 1.0) / errors["measured_s"] - 1).abs()
+        moved = drift(data)
+        flop = (errors["flop_rate_s"] * (moved or 1.0) / errors["measured_s"] - 1).abs()
         rows.append({
             "machine": data.get("machine"), "seed": data.get("seed"), "box": data.get("box"),
             "created": str(data.get("created", ""))[:19], "configs": len(errors),
             "inside": len(inside),
-            "drift": drift or np.nan,
+            "drift": moved or np.nan,
             "median (%)": 100 * errors["error"].median(),
             "worst (%)": 100 * errors["error"].max(),
             "inside median (%)": 100 * inside["error"].median() if len(inside) else np.nan,
@@ -94,7 +100,7 @@ def pooled_tail(validations: Sequence[Mapping[str, Any]], goal: float = WORST_GO
     has none past it. Only files that measured the drift count (the floor needs it)."""
     by_machine: dict[str, list[Mapping[str, Any]]] = {}
     for data in validations:
-        if (data["summary"].get("anchored") or {}).get("drift") and data["rows"]:
+        if drift(data) and data["rows"]:
             by_machine.setdefault(str(data.get("machine")), []).append(data)
     rows = []
     for machine, files in sorted(by_machine.items()):

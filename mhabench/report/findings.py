@@ -148,8 +148,7 @@ def accuracy(ctx: Context, sections: dict[str, Section], machine: str) -> str | 
         part = data["summary"]["all"]
         parts.append(f"random configs off the grid: median {100 * part['median_rel_error']:.0f}%"
                      f" ({part['cells']} configs, seed {data.get('seed')})")
-        tail = pooled_tail(mine) if len(mine) > 1 else None
-        if tail is not None and len(tail):
+        if len(mine) > 1 and len(tail := pooled_tail(mine)):
             parts.append(tail_line(tail))
     elif parts:
         parts.append("random off-grid sample not given (mhabench validate --save, then "

@@ -209,6 +209,16 @@ def _coefficients(ctx: Context) -> pd.DataFrame:
     return coef
 
 
+def predicted_plot(title: str, errors: pd.DataFrame) -> Plot:
+    """Both models' predictions against the measurements (``measured_s``, ``predicted_s``,
+    ``flop_rate_s``), log-log with the diagonal: the leave-out and the random sample."""
+    measured = (1e3 * errors["measured_s"]).tolist()
+    return Plot(title, "measured (ms)", "predicted (ms)",
+                {"calibrated model": (measured, (1e3 * errors["predicted_s"]).tolist()),
+                 "FLOP model, one rate": (measured, (1e3 * errors["flop_rate_s"]).tolist())},
+                logx=True, logy=True, style="scatter", diagonal=True)
+
+
 def percent_table(summary: pd.DataFrame) -> pd.DataFrame:
     """An :func:`error_summary` with its errors in percent under :data:`PERCENT`'s names."""
     summary[list(PERCENT)] = 100 * summary[list(PERCENT)].astype(float)
@@ -260,13 +270,7 @@ def timemodel_section(ctx: Context) -> Section:
            f"{100 * inside['rel_error'].median():.1f}%." if len(inside) else ".")
         + " These cells come from the grid the model's terms were chosen on; the random "
         "validation section tests configs off it.")
-    section.plots.append(Plot(
-        "Left-out cells: predicted against measured", "measured (ms)", "predicted (ms)",
-        {"calibrated model": ((1e3 * errors["measured_s"]).tolist(),
-                              (1e3 * errors["predicted_s"]).tolist()),
-         "FLOP model, one rate": ((1e3 * errors["measured_s"]).tolist(),
-                                  (1e3 * errors["flop_rate_s"]).tolist())},
-        logx=True, logy=True, style="scatter", diagonal=True))
+    section.plots.append(predicted_plot("Left-out cells: predicted against measured", errors))
     _residual_plots(section, errors, ctx)
     return section
 

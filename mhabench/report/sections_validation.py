@@ -26,8 +26,8 @@ from mhabench.analysis.validation_samples import (
     tail_line,
 )
 from mhabench.report.context import Context
-from mhabench.report.sections_model import PERCENT, percent_table
-from mhabench.report.types import Plot, Section, Table
+from mhabench.report.sections_model import PERCENT, percent_table, predicted_plot
+from mhabench.report.types import Section, Table
 
 
 def validation_section(ctx: Context) -> Section:
@@ -79,13 +79,7 @@ def validation_section(ctx: Context) -> Section:
             "the rate of configs past the goal can be set beside the floor's (each sample's "
             "grid cells re-timed, each judged against the drift of the others): "
             + (tail_line(tail) + "." if len(tail) else "no sample measured the drift."))
-    section.plots.append(Plot(
-        "Random configs: predicted against measured", "measured (ms)", "predicted (ms)",
-        {"calibrated model": ((1e3 * pooled["measured_s"]).tolist(),
-                              (1e3 * pooled["predicted_s"]).tolist()),
-         "FLOP model, one rate": ((1e3 * pooled["measured_s"]).tolist(),
-                                  (1e3 * pooled["flop_rate_s"]).tolist())},
-        logx=True, logy=True, style="scatter", diagonal=True))
+    section.plots.append(predicted_plot("Random configs: predicted against measured", pooled))
     return section
 
 
