@@ -424,3 +424,18 @@ def test_a_wiggle_below_the_threshold_does_not_split_a_steps_new_level() -> None
     stairs = np.array([0, 0, 0, 0, 0.7, 0.7, 0.7, 1.4, 1.4, 1.4])
     assert [(b, a) for b, a, _ in fit_steps(stairs, 0.01, 1.1)] == [((0, 4), (4, 7)),
                                                                      ((4, 7), (7, 10))]
+
+
+def test_a_partial_return_after_a_step_is_its_new_level_and_a_spike_is_not() -> None:
+    # A backend's median cell (log) in a real history whose plant's commit a VM burst
+    # slowed again in half of its cells (tests/test_history_real.py, CI 2026-12-05): 2.7x
+    # there, 2.2x after. The later commits are the step's new level, not a step down.
+    series = np.array([0.02, -0.01, 0.0, -0.02, 1.0, 0.78, 0.80, 0.79])
+    for sigma in (0.01, 0.02, 0.05):
+        [(before, after, change)] = fit_steps(series, sigma, 1.1)
+        assert (before, after) == ((0, 4), (4, 8)), sigma
+        assert change == np.median(series[4:]) - np.median(series[:4])
+    # A spike that falls back near the old level rests on its one commit.
+    spike = np.array([0.02, -0.01, 0.0, -0.02, 1.0, 0.15, 0.12, 0.14])
+    [(before, after, _)] = [s for s in fit_steps(spike, 0.01, 1.1) if s[1][0] == 4]
+    assert after == (4, 5)

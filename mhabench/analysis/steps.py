@@ -27,6 +27,8 @@ MEDIAN_SE = {1: 1.0, 2: 1.0, 3: 1.16, 4: 1.09, 5: 1.2}
 
 def median_se(n: int) -> float:
     return MEDIAN_SE.get(n, math.sqrt(math.pi / 2))
+
+
 def _segments(right: Sequence[int]) -> list[tuple[int, int]]:
     out, left = [], 0
     for r in right:
@@ -50,25 +52,31 @@ def fit_steps(y: np.ndarray, sigma: float, threshold: float
     for before, after, _, _ in jumps or ():
         i_b = next(i for i, s in enumerate(segments) if s[0] <= before < s[1])
         i_a = next(i for i, s in enumerate(segments) if s[0] == after)
-        seg_b = _same_level(y, segments, levels, i_b, -1, math.log(threshold))
-        seg_a = _same_level(y, segments, levels, i_a, +1, math.log(threshold))
+        seg_b = _same_level(y, segments, levels, i_b, -1, math.log(threshold), levels[i_a])
+        seg_a = _same_level(y, segments, levels, i_a, +1, math.log(threshold), levels[i_b])
         out.append((seg_b, seg_a, float(np.median(y[seg_a[0]:seg_a[1]])
                                         - np.median(y[seg_b[0]:seg_b[1]]))))
     return out
 
 
 def _same_level(y: np.ndarray, segments: Sequence[tuple[int, int]], levels: Sequence[float],
-                i: int, way: int, within: float) -> tuple[int, int]:
+                i: int, way: int, within: float, other: float) -> tuple[int, int]:
     """Segment ``i`` widened over its neighbours away from the step (``way`` -1: earlier,
     +1: later) while the next one's level lies within ``within`` (the threshold, in log) of
-    the widened span's median: a change below the threshold is no step, and the Potts
-    solver splits a series whose noise is small at such wiggles. A backend's median cell
-    over eight commits, 2.2x slower at the fifth, read +0.45 there and +0.35 to +0.41 after
-    it (log, 0.02 noise): split off, the step rested on one commit and read as a candidate
-    where it held over four."""
+    the widened span's median, or nearer it than halfway to ``other`` (the level across
+    the step). A change below the threshold is no step, and the Potts solver splits a
+    series whose noise is small at such wiggles: a backend's median cell over eight
+    commits, 2.2x slower at the fifth, read +0.45 there and +0.35 to +0.41 after it (log,
+    0.02 noise); split off, the step rested on one commit and read as a candidate where it
+    held over four. Nor is a partial return a step: a burst of the VM that slowed half of
+    that backend's cells again at the plant's commit read it 2.7x there and 2.2x after;
+    cut off, the group's step was a candidate, and taken out of the later commits at 2.7x
+    it pulled their run effects 8 % down, so that another backend "held" a 1.16x step."""
     lo = hi = i
-    while 0 <= (nxt := lo - 1 if way < 0 else hi + 1) < len(segments) and abs(
-            levels[nxt] - float(np.median(y[segments[lo][0]:segments[hi][1]]))) < within:
+    while 0 <= (nxt := lo - 1 if way < 0 else hi + 1) < len(segments):
+        here = float(np.median(y[segments[lo][0]:segments[hi][1]]))
+        if abs(levels[nxt] - here) >= max(within, abs(here - other) / 2):
+            break
         lo, hi = min(lo, nxt), max(hi, nxt)
     return segments[lo][0], segments[hi][1]
 
