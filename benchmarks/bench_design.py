@@ -21,6 +21,7 @@ small points of each design through batched and fused; the full grid 32 general 
 decode and 16 training ones, every cell.
 """
 
+import itertools
 from typing import Any
 
 from mhabench.core import backends
@@ -46,6 +47,7 @@ from .common import (
     THREADS,
     AttentionBenchmark,
     grid,
+    skip_cells,
 )
 
 DESIGN_BACKENDS = grid(tiny=["batched", "fused"], quick=[*BACKENDS, *NEW_BACKENDS],
@@ -110,21 +112,32 @@ SHAPE_FIELDS = ("mode", "batch", "n", "m", "d", "heads", "kv_heads", "cross", "m
 
 def _design_class(prefix: str, index: int, point: dict[str, Any]) -> type:
     shape = ", ".join(f"{k}={point[k]}" for k in SHAPE_FIELDS)
+
+    # The loop backend at h > 16 costs 5-10 s a cell (h projections, compiled per head in
+    # JAX): the head sweep covers its per-head cost; quick grid's budget.
+    def keep(c: AttentionConfig) -> bool:
+        return GRID == "full" or (
+            (c.backend != "loop" or c.heads <= 16)
+            and (c.backend not in COMPILING or index < COMPILED_POINTS[prefix]
+                 or index == COMPILED_MASKED.get(prefix)
+                 or c.backend == "flex" and index == FLEX_MASKED.get(prefix)))
+
+    names = ["framework", "backend", *SHAPE_FIELDS, "device", "dtype", "threads"]
+    rest = [*([point[k]] for k in SHAPE_FIELDS), DEVICE_PARAMS, DTYPES, [THREADS]]
+    # Only the backends some framework times here: every skipped cell of asv's product
+    # still costs a fork (~35 ms; 376 of the quick grid's 784 design cells were skipped,
+    # 82 are now).
+    skipped = set(skip_cells(names, [FRAMEWORKS, DESIGN_BACKENDS, *rest], keep))
+    timed = [b for b in DESIGN_BACKENDS if any(
+        cell not in skipped for cell in itertools.product(FRAMEWORKS, [b], *rest))]
     return type(f"{prefix}{index:02d}", (AttentionBenchmark,), {
         "__doc__": f"Calibration {prefix.lower()} point {index}: {shape}.",
         "__module__": __name__,
         "records_kernel": False,  # the kernel is recorded by the sweeps' cells
         "records_memory": False,  # time only: no memory process
-        # The loop backend at h > 16 costs 5-10 s a cell (h projections, compiled per head
-        # in JAX): the head sweep covers its per-head cost; quick grid's budget.
-        "keep": staticmethod(lambda c: GRID == "full" or (
-            (c.backend != "loop" or c.heads <= 16)
-            and (c.backend not in COMPILING or index < COMPILED_POINTS[prefix]
-                 or index == COMPILED_MASKED.get(prefix)
-                 or c.backend == "flex" and index == FLEX_MASKED.get(prefix)))),
-        "param_names": ["framework", "backend", *SHAPE_FIELDS, "device", "dtype", "threads"],
-        "params": [FRAMEWORKS, DESIGN_BACKENDS, *([point[k]] for k in SHAPE_FIELDS),
-                   DEVICE_PARAMS, DTYPES, [THREADS]],
+        "keep": staticmethod(keep),
+        "param_names": names,
+        "params": [FRAMEWORKS, timed, *rest],
     })
 
 
