@@ -278,7 +278,13 @@ class AttentionBenchmark(abc.ABC):
     # asv's own warm-up calls, after prepare's and the settle: without them the first
     # sample or two of a process still ran up to 2x slow in asv's timer (torch batched GQA
     # cell, 36 processes), though the same calls made directly after the settle did not.
-    warmup_time = grid(tiny=0.1, quick=0.1, full=1.0)
+    # 0.03 s does as well as 0.1 s on the quick grid and saves ~0.05 s a time cell: the
+    # head and GQA sweeps' 56 cells timed three times each way, interleaved, read medians
+    # 0.99x, the first two samples 1.02x the rest's median either way (past 1.3x: 7 and 8
+    # of 168 processes); the GQA sweep's 23 cells timed 11 times each way (order swapped
+    # every pair), each cell's median 0.99x (JAX, 0.91-1.07x) and 1.00x (torch,
+    # 0.95-1.02x), though single pairs of runs read JAX 0.85-1.26x (2026-12-05).
+    warmup_time = grid(tiny=0.1, quick=0.03, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
     # Which kept cells of a class that records kernels get a track_kernel process (only
     # library calls ever do: mhabench.measure.kernels.library_call).
