@@ -212,3 +212,33 @@ def test_validate_reads_its_sample_at_the_grid_quick_speed_and_shows_it_as_read(
     section = next(s for s in report.sections if s.id == "validation")
     assert as_read_line(data["as_read"]) in section.text[0]
     assert "as the grid's cells were" in section.text[0]
+
+
+def test_a_grid_timed_in_bursts_is_named_in_the_report(tmp_path: Path) -> None:
+    """A third of the grid's cells 1.3-1.9x slow, their probes reading it: the
+    report's time-model section tabulates the probes' slowdowns, and the findings say the
+    grid was timed in bursts; without the load records neither is claimed."""
+    from mhabench.analysis.quick_speed import BURSTY_P90, grid_steadiness
+
+    root, slowed = _slow_results(tmp_path)
+    frame, _ = add_slowdown(load_results(root).frame, read_records(tmp_path / ".asv" / "load"))
+    steady = grid_steadiness(frame)
+    read = frame.loc[frame["kind"] == "time", SLOWDOWN]
+    assert steady["machine"].tolist() == ["synth"] and steady["cells"].iloc[0] == len(read)
+    assert steady["90th percentile"].iloc[0] == pytest.approx(np.percentile(read, 90))
+    assert steady["90th percentile"].iloc[0] > BURSTY_P90 and steady["bursty"].all()
+    calm = frame.assign(**{SLOWDOWN: np.minimum(frame[SLOWDOWN], 1.1)})
+    assert not grid_steadiness(calm)["bursty"].any()
+    assert grid_steadiness(frame.assign(**{SLOWDOWN: 1.0})).empty  # no probe read anything
+
+    out = tmp_path / "report.html"
+    assert main(["report", "--results", str(root), "--out", str(out)]) == 0
+    table = out.with_name("report_tables") / "time-model--grid-speed.csv"
+    assert table.exists()
+    findings = out.with_suffix(".md").read_text().split("## ")[1]
+    assert "the grid was timed in bursts (probe slowdown 90th percentile x" in findings
+    (tmp_path / ".asv" / "load").rename(tmp_path / "elsewhere")
+    quiet = tmp_path / "quiet.html"
+    assert main(["report", "--results", str(root), "--out", str(quiet)]) == 0
+    assert not (quiet.with_name("quiet_tables") / "time-model--grid-speed.csv").exists()
+    assert "timed in bursts" not in quiet.with_suffix(".md").read_text()

@@ -142,6 +142,12 @@ def accuracy(ctx: Context, sections: dict[str, Section], machine: str) -> str | 
         parts.append(f"leave-out median error {100 * mine['rel_error'].median():.0f}% "
                      f"(worst {100 * mine['rel_error'].max():.0f}%, {len(mine)} cells; the "
                      f"FLOP model at one rate {100 * mine['flop_rate_rel_error'].median():.0f}%)")
+        steady = sections["time-model"].facts.get("steadiness")
+        bursty = steady[steady["machine"].eq(machine) & steady["bursty"]] if (
+            steady is not None) else ()
+        if len(bursty):
+            parts.append("the grid was timed in bursts (probe slowdown 90th percentile "
+                         f"x{bursty['90th percentile'].iloc[0]:.2f}): re-time it quiet")
     mine = [d for d in ctx.validations if d.get("machine") in (machine, None) and d["rows"]]
     if mine:
         data = newest(mine)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.decomposition import GOOD_R2, GOOD_RESIDUAL, decompose, verdict
+from mhabench.analysis.quick_speed import BURSTY_P90, grid_steadiness
 from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
 from mhabench.analysis.timemodel import (
     FEATURE_LABELS,
@@ -270,6 +271,21 @@ def timemodel_section(ctx: Context) -> Section:
            f"{100 * inside['rel_error'].median():.1f}%." if len(inside) else ".")
         + " These cells come from the grid the model's terms were chosen on; the random "
         "validation section tests configs off it.")
+    steady = grid_steadiness(ctx.results.frame)
+    if len(steady):
+        section.facts["steadiness"] = steady
+        section.tables.append(Table("grid-speed", "How slow the machine ran while the grid's "
+                                    "newest cells timed (their speed probes against its "
+                                    "quick reading)", steady))
+        for r in steady.to_dict("records"):
+            section.text.append(
+                f"The grid's {r['cells']} newest time cells on {r['machine']} read a median "
+                f"slowdown of x{r['median slowdown']:.2f} and a 90th percentile of "
+                f"x{r['90th percentile']:.2f}"
+                + (f": past x{BURSTY_P90:g}, the grid was timed in bursts that the probes "
+                   "catch only in part (whole classes of cells 1.3-1.8x slow at a probe "
+                   "slowdown near 1 were seen so). Re-time it on a quiet stretch before "
+                   "judging the model by it." if r["bursty"] else "."))
     section.plots.append(predicted_plot("Left-out cells: predicted against measured", errors))
     _residual_plots(section, errors, ctx)
     return section
