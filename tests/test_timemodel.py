@@ -14,7 +14,7 @@ from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_result
 from mhabench.analysis.decode_reads import decode_working_set_bytes
 from mhabench.analysis.results import config_from_row, load_results
 from mhabench.analysis.sampling import sample_configs
-from mhabench.analysis.solvers import nnls, robust_log_fit
+from mhabench.analysis.solvers import nnls, pulled_nnls
 from mhabench.analysis.timemodel import (
     FEATURES,
     CellFeatures,
@@ -57,22 +57,18 @@ def test_nnls_exact_on_nonnegative_truth() -> None:
     assert np.allclose(nnls(A, A @ truth), truth, atol=1e-10)
 
 
-def test_robust_log_fit_is_pulled_less_than_nnls_by_cells_read_3x_off() -> None:
+def test_cells_read_slow_pull_a_relative_fit_less_than_an_over_prediction_costs() -> None:
+    # The machine's noise is one-sided: three of 30 cells read 2x slow. The relative fit
+    # stays under the slow cells' mean (a log fit would sit near their geometric mean).
     rng = np.random.default_rng(4)
-    X = np.column_stack([rng.uniform(0.1, 10, 30) * 1e6, rng.integers(1, 65, 30), np.ones(30)])
-    truth = np.array([2e-9, 5e-5, 1e-3])  # FLOPs, per head, per call
+    X = np.column_stack([rng.uniform(0.1, 10, 30) * 1e6, np.ones(30)])
+    truth = np.array([2e-9, 1e-3])  # FLOPs, per call
     t = X @ truth
-    A = X / t[:, None]
-    assert np.allclose(robust_log_fit(A, nnls(A, np.ones(30))), truth, rtol=1e-6)
-    t[:3] *= 3  # three cells their processes read 3x slow
-    A = X / t[:, None]
-    start = nnls(A, np.ones(30))
-    fitted = robust_log_fit(A, start)
-    assert (fitted >= 0).all()
-    # the other cells' errors halve, and every coefficient lands within 15 % (nnls: 22 %)
-    assert np.median(np.abs(A[3:] @ fitted - 1)) < 0.5 * np.median(np.abs(A[3:] @ start - 1))
-    assert np.allclose(fitted, truth, rtol=0.15)
-    assert not np.allclose(start, truth, rtol=0.15)
+    t[:3] *= 2
+    fitted = nnls(X / t[:, None], np.ones(30))
+    ratio = (X @ fitted) / (X @ truth)  # predicted over the quick truth
+    assert np.median(ratio) < 1.05
+    assert (ratio[:3] < 1.2).all()  # the slow cells are left under-predicted, not followed
 
 
 NO_KV = {**TRUE_COEF, "kv": 0.0}
@@ -436,13 +432,14 @@ def test_reads_past_the_cache_need_cells_that_mostly_spill() -> None:
 def test_a_prior_settles_what_the_cells_cannot_tell_apart() -> None:
     # Two identical columns: the cells fix only their sum (1.0); the prior fixes the split.
     A = np.column_stack([np.ones(20), np.ones(20)])
-    fitted = robust_log_fit(A, np.array([0.5, 0.5]), prior=np.array([0.8, 0.2]))
+    fitted = pulled_nnls(A, np.array([0.8, 0.2]))
     assert fitted.sum() == pytest.approx(1.0, rel=0.02)
     assert fitted == pytest.approx([0.8, 0.2], abs=0.02)
     # ... and gives way to the cells where they tell: a prior at twice the one column's
     # coefficient moves it by under a few %
-    assert robust_log_fit(A[:, :1], np.array([1.0]), prior=np.array([2.0]))[0] == (
-        pytest.approx(1.0, rel=0.05))
+    assert pulled_nnls(A[:, :1], np.array([2.0]))[0] == pytest.approx(1.0, rel=0.05)
+    # a column without a prior (0) is fitted by the cells alone
+    assert pulled_nnls(A[:, :1], np.array([0.0]))[0] == pytest.approx(1.0, rel=1e-9)
 
 
 def test_a_group_with_few_cells_per_term_takes_its_frameworks_rates() -> None:

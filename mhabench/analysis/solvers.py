@@ -1,11 +1,24 @@
 """The time model's numerics, on rows of features divided by measured time.
 
-:func:`nnls` (scipy's non-negative least squares on relative residuals) chooses the terms
-and cache sizes; :func:`robust_log_fit` refits the chosen terms' coefficients on log
-residuals under a soft-L1 loss, optionally pulled toward prior coefficients (a group with
-few cells borrowing its framework's rates, :mod:`mhabench.analysis.timemodel`);
-:func:`distinct_columns` drops the columns a fit cannot tell apart, :func:`r_squared`
-scores one.
+:func:`nnls` (scipy's non-negative least squares on relative residuals) chooses the terms,
+the cache sizes and the coefficients; :func:`pulled_nnls` does the same pulled toward prior
+coefficients (a group with few cells borrowing its framework's rates,
+:mod:`mhabench.analysis.timemodel`); :func:`distinct_columns` drops the columns a fit cannot
+tell apart, :func:`r_squared` scores one.
+
+Why relative residuals, ``predicted / measured - 1``, and not log ones: a shared VM's timing
+noise is one-sided. A cell timed in a slow stretch reads up to 2x its quick time, never
+faster (:mod:`mhabench.measure.speed`), and a log residual counts such a cell as far off as
+one read at half its time, lifting the fit toward the slow cells. A relative residual
+bounds what a slow cell can pull (a cell read 2x slow is at most 0.5 under its
+prediction) while an over-prediction costs in full. Until 2026-12-06 the coefficients were
+refitted on log residuals under a soft-L1 loss; against 288 validate configs (seeds
+900-911, re-predicted after each seed's drift, on the quick grid of 16598d5 as timed by
+each of two runs and both together) relative residuals moved configs more than 35 % off
+19 -> 12, 18 -> 11 and 34 -> 15, the 90th percentile 31.8 -> 26.6 %, the median 10.9 ->
+9.8 %, and the sample's median over-prediction x1.05 -> x1.02. (The loss's scale, 0.05-3,
+did not matter; an inverse residual, ``1 - measured / predicted``, did worse: 30 past
+35 %.)
 """
 
 from __future__ import annotations
@@ -15,20 +28,13 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.optimize
 
-# The coefficients' second stage: log residuals under scipy's soft-L1 loss, quadratic up to
-# about this factor error (10 %) and linear beyond, so a cell read 2-3x off by its
-# process's noise stops pulling the rest. Against re-predicted validate samples (240
-# configs, seeds 200-223, 2026-12-03) this refit moved the median error from 17.5 % to
-# 15.9 % and the 90th percentile from 59 % to 46 %; on the three samples drawn after it was
-# chosen (72 configs, seeds 221-223): median 17.4 % to 19.0 %, 90th percentile 55 % to 39 %,
-# worst 236 % to 82 %.
-ROBUST_SCALE = 0.1
-# The weight of a prior coefficient in :func:`robust_log_fit`: a coefficient at twice (or
-# 0) its prior costs as much as one cell about 17 % off (sqrt(0.03) in log units), so the
-# cells move it wherever they tell it, and where they cannot tell it (few cells, terms that
-# move together) it stays near the prior. Chosen on 2328 validate configs (seeds 200-750):
-# 0.01-0.3 all gave 8.1-8.3 % of configs more than 35 % off as factors either way (8.9 %
-# without a prior), 0.03 7.9 %.
+# The weight of a prior coefficient in :func:`pulled_nnls`: a coefficient at twice (or 0)
+# its prior costs as much as one cell about 17 % off (sqrt(0.03)), so the cells move it
+# wherever they tell it, and where they cannot tell it (few cells, terms that move
+# together) it stays near the prior. Chosen on 2328 validate configs (seeds 200-750) for the
+# log refit: 0.01-0.3 all gave 8.1-8.3 % of configs more than 35 % off as factors either
+# way (8.9 % without a prior), 0.03 7.9 %; with relative residuals (seeds 900-911) 0.01,
+# 0.03, 0.1 and 0.3 put 14, 12, 13 and 14 of 288 configs more than 35 % off.
 PRIOR_WEIGHT = 0.03
 
 
@@ -51,27 +57,17 @@ def _unit_columns(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return A / norms, norms
 
 
-def robust_log_fit(A: np.ndarray, start: np.ndarray,
-                   prior: np.ndarray | None = None) -> np.ndarray:
-    """min sum soft_l1(log(A x)) subject to x >= 0 (rows of ``A``: features / measured
-    time, so log(A x) is a cell's log factor error), from ``start`` (nnls's solution), by
-    :func:`scipy.optimize.least_squares`; columns scaled to unit norm as in :func:`nnls`.
-
-    ``prior``: a coefficient per column (0: none); each adds the residual
-    sqrt(:data:`PRIOR_WEIGHT`) * (x / prior - 1), under the same loss."""
-    scaled, norms = _unit_columns(A)
-    held = np.zeros(len(norms), dtype=bool) if prior is None else np.asarray(prior) > 0
-    target = np.asarray(prior, dtype=float)[held] * norms[held] if held.any() else None
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        cells = np.log(np.maximum(scaled @ x, 1e-9))
-        if target is None:
-            return cells
-        return np.concatenate([cells, np.sqrt(PRIOR_WEIGHT) * (x[held] / target - 1)])
-
-    done = scipy.optimize.least_squares(residuals, start * norms, bounds=(0, np.inf),
-                                        loss="soft_l1", f_scale=ROBUST_SCALE)
-    return done.x / norms
+def pulled_nnls(A: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """:func:`nnls` of ``A x = 1`` (relative residuals) with each coefficient that has a prior
+    (``prior`` > 0; 0: none) pulled toward it: one more row per such coefficient, the residual
+    sqrt(:data:`PRIOR_WEIGHT`) * (x / prior - 1)."""
+    A = np.asarray(A, dtype=float)
+    prior = np.asarray(prior, dtype=float)
+    held = np.flatnonzero(prior > 0)
+    pull = np.zeros((len(held), A.shape[1]))
+    pull[np.arange(len(held)), held] = np.sqrt(PRIOR_WEIGHT) / prior[held]
+    return nnls(np.vstack([A, pull]),
+                np.concatenate([np.ones(len(A)), np.full(len(held), np.sqrt(PRIOR_WEIGHT))]))
 
 
 def r_squared(measured: np.ndarray, predicted: np.ndarray) -> float:

@@ -20,11 +20,11 @@ is there; every count comes from :mod:`mhabench.core.cost`). The map's cache siz
 group too: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one
 with the smallest relative residuals. The K/V cache size is a machine's, chosen the same
 way over all its groups together (:func:`fit_machine`); few decode cells per group could
-otherwise pick one by chance. Those choices are made by non-negative least squares on
-*relative* residuals (each row divided by its measured time), so a 2 ms cell counts as
-much as a 2 s one; the chosen terms' coefficients are then refitted from that solution on
-log residuals under a soft-L1 loss (:func:`robust_log_fit`): each cell counts by its
-factor error, and a cell its process read 2-3x off stops pulling the rest. A group gets the
+otherwise pick one by chance. Those choices and the coefficients are made by
+non-negative least squares on *relative* residuals (each row divided by its measured time),
+so a 2 ms cell counts as much as a 2 s one, and a cell a slow stretch of the machine read
+2x slow pulls less than an over-prediction costs (:mod:`mhabench.analysis.solvers` says
+why, with the figures against a log refit). A group gets the
 full model only when it has more cells than the model has coefficients (those whose
 feature is not zero on every cell); otherwise the next simpler model of
 :data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
@@ -56,7 +56,7 @@ from mhabench.analysis.features import (
 )
 from mhabench.analysis.quick_speed import SLOWDOWN, quick_values
 from mhabench.analysis.results import latest
-from mhabench.analysis.solvers import distinct_columns, nnls, r_squared, robust_log_fit
+from mhabench.analysis.solvers import distinct_columns, nnls, pulled_nnls, r_squared
 from mhabench.core.config import AttentionConfig
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "CellFeatures",
@@ -216,8 +216,8 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     :data:`FEATURE_SETS` with fewer coefficients than cells. Raises
     :class:`UnderDetermined` when even the simplest has as many coefficients as cells.
     ``features_of``: the cells' features if already computed; ``prior``: coefficients the
-    second stage pulls the fitted ones toward (:func:`mhabench.analysis.solvers.robust_log_fit`),
-    the model then ``pooled``."""
+    chosen terms' fit is pulled toward (:func:`mhabench.analysis.solvers.pulled_nnls`), the
+    model then ``pooled``."""
     t = cells["value"].to_numpy(dtype=float)
     table = features_of if features_of is not None else CellFeatures.of(cells)
     for level, features in enumerate(FEATURE_SETS):
@@ -241,9 +241,9 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
             f"model ({' + '.join(FEATURE_SETS[-1])}) needs at least {MIN_CELLS}: "
             "under-determined, not fitted")
     loss, cache, X, coef, used, level = best
-    at = [FEATURES.index(f) for f in used]
-    pull = None if prior is None else np.array([prior.get(f, 0.0) for f in used])
-    coef[at] = robust_log_fit(X[:, at] / t[:, None], coef[at], pull)
+    if prior is not None:
+        at = [FEATURES.index(f) for f in used]
+        coef[at] = pulled_nnls(X[:, at] / t[:, None], np.array([prior.get(f, 0.0) for f in used]))
     predicted = X @ coef
     heads = FEATURES.index("heads")
     separable = len(np.unique(np.round(X[:, FEATURES.index("map")] / X[:, heads]))) > 1

@@ -117,8 +117,7 @@ def decomposition_section(ctx: Context) -> Section:
               pd.DataFrame(residuals), detail=True)])
     section.text.append(
         "Time is fitted (per machine/framework/backend/device: non-negative least squares "
-        "picks the terms and cache sizes, then the coefficients are refitted on log "
-        "residuals under a soft-L1 loss) as "
+        "on relative residuals picks the terms, cache sizes and coefficients) as "
         "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own, and FLOPs and "
         "scores again where n, m, d or p is not a multiple of 16 floats) + scores (b*h*n*m) "
         "x s/score (plus an extra s/score for maps larger than a cache size fitted per "
