@@ -285,6 +285,13 @@ def test_masked_is_a_per_call_cost_of_a_step_with_a_key_mask() -> None:
     assert feature_values(fwd.replace(masked=True, mode="train"))["masked"] == 3
     dec = AttentionConfig(mode="decode", batch=2, n=1, m=100, d=64, heads=4, cross=True)
     assert feature_values(dec.replace(masked=True))["masked"] == 1
+    # ... of an eager torch step only: under jit (every JAX backend) and torch.compile the
+    # mask is built inside the compiled graph, and FlexAttention builds its block mask per call
+    for framework, backend, dispatched in (("jax", "fused", False), ("jax", "blockwise", False),
+                                           ("torch", "compiled", False), ("torch", "flex", True),
+                                           ("torch", "loop", True), ("torch", "reference", True)):
+        config = fwd.replace(framework=framework, backend=backend, masked=True)
+        assert feature_values(config)["masked"] == (1 if dispatched else 0), config.id
 
 
 def test_the_masked_cost_is_fitted_apart_from_the_constant() -> None:

@@ -202,7 +202,18 @@ the cost model's ``TRAIN_FACTOR`` as it does the FLOPs):
   the quick grid of 9bbe862: 18-27 us in torch's fused, loop, reference, compiled and flex
   groups and JAX's fused, 0-8 us in JAX's batched, blockwise, loop and reference and
   torch's batched (which build the keep mask and fill the scores they write anyway).
-  FlexAttention's block mask is not a fixed cost: ``block_mask`` counts it.
+  FlexAttention's block mask is not a fixed cost: ``block_mask`` counts it. Only where the
+  step dispatches the mask's ops (:func:`masks_fused`): every JAX step runs under jit, where
+  XLA fuses the compare and select into the softmax, and torch.compile's inductor fuses
+  them too. Timed in pairs (``mhabench time``, 2026-12-06), masked and unmasked steps of
+  JAX fused, batched, loop, blockwise and reference and of torch.compile took the same time
+  at small decode, forward and training shapes (within 5 %), where eager torch backends
+  took 25-60 us more (torch loop 60-250 us); yet fitted on the grid's few masked cells,
+  JAX fused put 55 us a call on it and JAX batched 29 us, and masked JAX fused steps off
+  the grid ran a median 1.26-1.42x their prediction. Counted only where dispatched, on the
+  288 validate configs of seeds 900-911 and the 144 of seeds 920-925 (drawn before the
+  change) re-predicted: configs more than 35 % off 12 -> 10 and 10 -> 7, the 90th
+  percentile 26.6 -> 26.6 % and 25.9 -> 24.0 %.
 - ``block_mask``: the elements of the dense (b, rows, keys) mask a backend evaluates where it
   builds a block mask from the lengths on every masked call
   (:func:`mhabench.core.cost.block_mask_elements`: FlexAttention's ``create_block_mask``,
@@ -228,6 +239,7 @@ from mhabench.analysis.decode_reads import (
     weight_elements,
 )
 from mhabench.analysis.results import config_from_row
+from mhabench.core import backends
 from mhabench.core.backends import KEY_BLOCK
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, block_mask_elements, cost, padded, step_lengths
@@ -301,8 +313,14 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
             "loop_heads": float(loop_heads),
             "heads": float(config.heads * factor), "const": float(factor),
             "projects_kv": float(factor) if projected else 0.0,
-            "masked": float(factor) if config.masked else 0.0,
+            "masked": float(factor) if config.masked and not masks_fused(config) else 0.0,
             "block_mask": float(block_mask_elements(config))}
+
+
+def masks_fused(config: AttentionConfig) -> bool:
+    """Whether ``config``'s backend builds and applies its key mask inside one compiled graph
+    (:attr:`mhabench.core.backends.Backend.fuses_mask`): no per-call cost of its own."""
+    return backends.get(config.framework, config.backend).fuses_mask
 
 
 def beyond(size: np.ndarray | float, cache_bytes: float | None) -> np.ndarray | float:
