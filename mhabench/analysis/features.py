@@ -320,7 +320,7 @@ def feature_values(config: AttentionConfig, cache_bytes: float | None = None,
 def masks_fused(config: AttentionConfig) -> bool:
     """Whether ``config``'s backend builds and applies its key mask inside one compiled graph
     (:attr:`mhabench.core.backends.Backend.fuses_mask`): no per-call cost of its own."""
-    return backends.get(config.framework, config.backend).fuses_mask
+    return bool(backends.get(config.framework, config.backend).fuses_mask)
 
 
 def beyond(size: np.ndarray | float, cache_bytes: float | None) -> np.ndarray | float:

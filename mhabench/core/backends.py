@@ -82,16 +82,19 @@ class Backend:
     # (FlexAttention's create_block_mask); None: it builds no such mask.
     mask_block: int | None = None
     # The key mask (valid_lens) is built and applied inside one compiled graph: XLA fuses
-    # the compare and select of every JAX step under jit into its softmax, inductor those of
-    # torch.compile. No ops of its own run per masked call (masked and unmasked steps timed
-    # in pairs took the same time); eager torch backends dispatch them, 25-60 us a call.
-    fuses_mask: bool = False
+    # the compare and select of every JAX step (all run under jit, plug-ins too) into its
+    # softmax, inductor those of torch.compile. No ops of its own run per masked call
+    # (masked and unmasked steps timed in pairs took the same time); eager torch backends
+    # dispatch them, 25-60 us a call. None: the framework's way (JAX yes, torch no).
+    fuses_mask: bool | None = None
 
     def modes_on(self, device: str) -> tuple[str, ...]:
         """The modes this backend runs on ``device``."""
         return dict(self.device_modes).get(device, self.modes)
 
     def __post_init__(self) -> None:
+        if self.fuses_mask is None:
+            object.__setattr__(self, "fuses_mask", self.framework == "jax")
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"backend name {self.name!r} is not allowed; use 1-32 lower-case "
                              "letters, digits and underscores, starting with a letter")
@@ -196,16 +199,14 @@ def build(config: Any, weights: dict[str, Any], builders: Mapping[str, Builder])
 
 
 for _fw in ("torch", "jax"):
-    _jit = _fw == "jax"  # every JAX step runs under jit
-    register(Backend("loop", _fw, impl="loop", fuses_mask=_jit, summary="one head at a time"))
-    register(Backend("batched", _fw, impl="batched", fuses_mask=_jit,
+    register(Backend("loop", _fw, impl="loop", summary="one head at a time"))
+    register(Backend("batched", _fw, impl="batched",
                      summary="heads folded into the batch axis (the chapter's layout)"))
     register(Backend("fused", _fw, impl="fused", library=True, dropout=_fw == "torch",
-                     fuses_mask=_jit, summary="torch's scaled_dot_product_attention"
-                     if _fw == "torch" else "jax.nn.dot_product_attention"))
+                     summary="torch's scaled_dot_product_attention" if _fw == "torch"
+                     else "jax.nn.dot_product_attention"))
     register(Backend("reference", _fw, impl="reference", modes=("forward", "train"),
-                     gqa=False, library=True, fuses_mask=_jit,
-                     summary="the framework's own layer"))
+                     gqa=False, library=True, summary="the framework's own layer"))
 # The fused call with one kernel forced and no fallback: torch's SDPA through
 # torch.nn.attention.sdpa_kernel, JAX's dot_product_attention through implementation=.
 # A kernel that cannot take a cell (dtype, GQA, head width, dropout) fails the build with
@@ -217,7 +218,6 @@ for _fw, _kernels in FORCED_KERNELS.items():
     for _kernel, _devices in _kernels.items():
         register(Backend(f"fused_{_kernel}", _fw, impl="fused", library=True,
                          dropout=_fw == "torch", kernel=_kernel, devices=_devices,
-                         fuses_mask=_fw == "jax",
                          summary=f"the fused call forced to its {_kernel} kernel"))
 register(Backend("compiled", "torch", impl="compiled", fuses_mask=True,
                  summary="torch.compile of the batched layout (recompiles are errors)"))
@@ -235,7 +235,7 @@ register(Backend("flex", "torch", impl="flex", modes=("forward", "decode", "pref
 # when m is shorter), and it pads the keys to whole tiles, so it scores the padding too.
 KEY_BLOCK = 64
 register(Backend("blockwise", "jax", impl="blockwise", gqa=True, dropout=False,
-                 materialises=False, fuses_mask=True,
+                 materialises=False,
                  summary="online softmax over key blocks (lax.scan), never the whole map"))
 CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
