@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         pools = json.loads(Path(args.load).read_text())
     else:
         sys.path.insert(0, str(ROOT / "tests"))
-        from asv_vs_measure import time_benchmarks
+        from support.asv_vs_measure import time_benchmarks
 
         pools = {}
         for name, index, _cell in time_benchmarks(args.pattern):

@@ -5,7 +5,7 @@ fused backend 1.5x slower, flags that cell and not torch batched, whose code is 
 at both commits: a miss and a false flag in one run.
 
 asv builds a virtualenv and installs each commit into it, as it does for users; to keep
-CI fast the virtualenv borrows the running interpreter's site-packages (tests/scratch.py).
+CI fast the virtualenv borrows the running interpreter's site-packages (tests/support/scratch.py).
 The helpers also serve `python tests/test_asv_regression.py N`, which repeats the three
 cases (identical, 1.5x, 1.25x; or those named after N) N times and counts false flags
 and misses (the figures quoted in the notes)."""
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from scratch import (
+from support.scratch import (
     ASV,
     FRAMEWORKS,
     ROOT,
@@ -104,7 +104,7 @@ class GateRun:
 
 
 def make_scratch(tmp: Path, home: dict[str, str]) -> Scratch:
-    """The scratch clone (tests/scratch.py) with a commit that changes no code and, on top
+    """The scratch clone (tests/support/scratch.py) with a commit that changes no code and, on top
     of it, the fused backend of both frameworks made 1.5x and 1.25x slower, and torch's
     alone 1.5x."""
     repo, base = scratch_clone(tmp)

@@ -254,7 +254,7 @@ def test_asv_times_match_mhabench_measure(tmp_path: Path) -> None:
     """asv's timing code (asv_runner with the suite's own classes and quick-grid settings,
     machine-load records on, as in every asv run) and mhabench.measure.timing.measure time
     the same cells alike, interleaved in one process so machine drift hits both
-    (tests/asv_vs_measure.py): ForwardVsTrain's batched and fused cells (both frameworks,
+    (tests/support/asv_vs_measure.py): ForwardVsTrain's batched and fused cells (both frameworks,
     forward and train: 8 of its 16) within 5 % geometric mean, 15 % per cell; the design's
     torch decode points (0.2-5 ms steps) within 15 % geometric mean: writing the load record
     between samples had them read 1.9-2.2x. Proves the step synchronises, no compile time,
@@ -268,7 +268,7 @@ def test_asv_times_match_mhabench_measure(tmp_path: Path) -> None:
     for family, pattern in (("sweep", r"ForwardVsTrain\.time_step\('\w+', '(batched|fused)'"),
                             ("decode", r"Design\d+\.time_step\('torch', '(batched|fused)', "
                                        r"'decode'")):
-        done = run([sys.executable, str(ROOT / "tests" / "asv_vs_measure.py"), pattern,
+        done = run([sys.executable, str(ROOT / "tests" / "support" / "asv_vs_measure.py"), pattern,
                     "--rounds", "6"],
                    env={"MHABENCH_GRID": "quick", "MHABENCH_THREADS": "1",
                         "MHABENCH_LOAD_DIR": str(load)}, timeout=900)

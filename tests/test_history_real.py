@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
+from support.scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
 from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS

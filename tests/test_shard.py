@@ -1,7 +1,7 @@
 """The grid as shards: the plan (every cell once, balanced, deterministic), the shard merge
 (cells unioned, conflicts and incomplete shards refused before anything is written), the
 scheduler files, and the whole fan-out / fan-in on a real single-node Slurm cluster
-(tests/slurm_cluster.py) against the shared unsharded tiny asv run."""
+(tests/support/slurm_cluster.py) against the shared unsharded tiny asv run."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-import slurm_cluster
 from conftest import EXAMPLES, ROOT
+from support import slurm_cluster
 
 from mhabench.suite.cells import Cell
 from mhabench.suite.fanout import ci_matrix, k8s_job

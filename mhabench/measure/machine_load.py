@@ -8,7 +8,7 @@ average: one small JSON file per process (:func:`start` before the first sample,
 nothing runs after the last one). asv's runner calls teardown between samples too, to
 re-run setup; writing the file there put 0.2-0.4 ms of file-system work before every timed
 call, and a sub-millisecond step then read 1.9-2.2x its steady-state time (6 decode cells,
-``tests/asv_vs_measure.py`` with records on and off). So between samples nothing is
+``tests/support/asv_vs_measure.py`` with records on and off). So between samples nothing is
 written; the teardown after the last sample writes the record, covering the same window.
 :func:`read_records` gathers them per asv cell; ``mhabench.analysis.regressions`` marks a
 run or a cell as disturbed from them, since a second job on a 2-core machine slows every

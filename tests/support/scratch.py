@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASV = [sys.executable, "-m", "asv"]
 
 # A planted slowdown: timing.prepare's step spins for a fraction of its own duration in
@@ -34,7 +34,7 @@ SLOWED = """    for _ in range(warmup):
     if (config.framework, config.backend) not in {cells!r}:
         return step
 
-    def slowed() -> Any:  # a regression planted by a test (tests/scratch.py)
+    def slowed() -> Any:  # a regression planted by a test (tests/support/scratch.py)
         start = time.perf_counter()
         out = step()
         until = time.perf_counter() + {extra} * (time.perf_counter() - start)
@@ -102,7 +102,8 @@ def plant(repo: Path, cells: set[tuple[str, str]], extra: float, message: str) -
     on top of the checked-out commit (which must have no planted slowdown yet)."""
     timing = repo / "mhabench" / "measure" / "timing.py"
     text = timing.read_text()
-    assert text.count(PREPARED) == 1, "timing.prepare changed shape: update tests/scratch.py"
+    assert text.count(PREPARED) == 1, (
+        "timing.prepare changed shape: update tests/support/scratch.py")
     timing.write_text(text.replace(PREPARED, SLOWED.format(cells=sorted(cells),
                                                            extra=extra)))
     return commit_all(repo, message)

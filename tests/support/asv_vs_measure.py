@@ -13,7 +13,7 @@ read between speed probes, and only the rounds whose two sides ran at the same s
 Comparing an earlier ``asv run`` with a later ``measure`` instead mixes in 10-40 % of
 machine drift per cell on these VMs.
 
-    MHABENCH_GRID=quick python tests/asv_vs_measure.py [REGEX] [--rounds 3]
+    MHABENCH_GRID=quick python tests/support/asv_vs_measure.py [REGEX] [--rounds 3]
 
 prints one line per cell and the geometric mean and worst ratio (the slow test in
 test_asv_suite.py runs it on a module of the quick grid).
@@ -27,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAME_SPEED = 1.10  # two sides of a round ran at the same speed: probes within 10 %
 
 
