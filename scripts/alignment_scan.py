@@ -1,8 +1,8 @@
-"""Issue 20's alignment figure, printed as text (nothing written): random aligned forward
-steps (n, m, d and p multiples of 16) and their twins with n and m 3 shorter and p 1
-narrower (less work), timed interleaved on this machine, each against the time model
-fitted to asv results with the alignment terms' coefficients then zeroed, so the ratio of
-the twins' measured / predicted is what those terms have to explain.
+"""What shapes off a multiple of 16 floats cost, printed as text (nothing written): random
+aligned forward steps (n, m, d and p multiples of 16) and their twins with n and m 3
+shorter and p 1 narrower (less work), timed interleaved on this machine, each against the
+time model fitted to asv results with the alignment terms' coefficients then zeroed, so
+the ratio of the twins' measured / predicted is what those terms have to explain.
 
     python scripts/alignment_scan.py --results .asv/results --machine vm
     python scripts/alignment_scan.py --pairs 5 --seed 3

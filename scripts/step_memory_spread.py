@@ -1,8 +1,8 @@
-"""Issue 20's memory figure, printed as text (nothing written): one Exercise 6.4 cell's step
-memory over fresh processes, read the way asv reads it (one process per reading: the
-benchmark module imported under ``MHABENCH_GRID``, the class's setup, then one ``track_``
-method), for the live peak (``track_step_bytes``) and the RSS cross-check
-(``track_step_rss_bytes``).
+"""How far one cell's step memory moves between processes, printed as text (nothing
+written): one Exercise 6.4 cell's step memory over fresh processes, read the way asv reads
+it (one process per reading: the benchmark module imported under ``MHABENCH_GRID``, the
+class's setup, then one ``track_`` method), for the live peak (``track_step_bytes``) and
+the RSS cross-check (``track_step_rss_bytes``).
 
     python scripts/step_memory_spread.py --heads 8 64 --processes 10
     python scripts/step_memory_spread.py --framework jax --backend loop --methods track_step_bytes
