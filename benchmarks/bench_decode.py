@@ -19,13 +19,12 @@ from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, GRID, THREADS, AttentionB
 # cache's time cells on the quick grid (below).
 DECODE_BACKENDS = grid(tiny=["loop", "batched", "fused"], quick=["batched", "fused"],
                        full=["loop", "batched", "fused"])
-# The quick grid times the loop backend's cached decode too (time only, 12 cells; its
-# `asv run` took 313 s with them, 305 s the run before without): the calibration design
-# keeps the loop backend at h <= 16, where its caches are at most 6 MiB, so
-# no cell told the time model what a loop decode step over a cache beyond the CPU's caches
-# costs (it slices each query head's keys and values out of the cache; JAX loop steps over
-# 7-34 MB caches ran 1.6-3.1x their prediction off the grid; with these cells, JAX loop
-# decode steps' median factor error off the grid went 25 % -> 18 %, 1344 configs).
+# The quick grid times the loop backend's cached decode too (time only, 12 cells, a few
+# seconds of asv run): the calibration design keeps the loop backend at h <= 16, where its
+# caches are at most 6 MiB, so no other cell tells the time model what a loop decode step
+# over a cache beyond the CPU's caches costs (it slices each query head's keys and values
+# out of the cache; without these cells JAX loop steps over 7-34 MB caches ran 1.6-3.1x
+# their prediction off the grid).
 KV_DECODE_BACKENDS = grid(tiny=DECODE_BACKENDS, quick=["loop", "batched", "fused"],
                           full=DECODE_BACKENDS)
 BATCH = [grid(tiny=2, quick=4, full=8)]

@@ -9,13 +9,11 @@ single-valued shape parameters name the config (the suite's convention: ``param_
 are config fields plus ``threads``) and whose cells are the frameworks x backends. asv
 parameters form a product, so one class per point is what keeps the design's cells few.
 
-The budget: 16 general points through the chapter's backends and plug-ins plus the newer
-ones, the loop backend only at h <= 16 (the second 8 cost 32 s of the quick grid's asv run
-at 1 thread, 254 s to 286 s) and torch.compile and FlexAttention (which compile each cell)
-only at the first 8, 32 decode points (compiled and flex at the first 4 and the first
-masked one; flex also at one more masked point of each design, for its block mask) and 8
-training points: 365 s at ce6d5bc (313 s at 5750368 with 16 decode points and no
-compiling cells).
+The budget on the quick grid: 16 general points through the chapter's backends and
+plug-ins plus the newer ones, the loop backend only at h <= 16 and torch.compile and
+FlexAttention (which compile each cell) only at the first 8, 32 decode points (compiled
+and flex at the first 4 and the first masked one; flex also at one more masked point of
+each design, for its block mask) and 8 training points: about 6 minutes of asv run.
 No memory or kernel processes: the design is for time only. The tiny grid (CI) takes two
 small points of each design through batched and fused; the full grid 32 general points, 32
 decode and 16 training ones, every cell.
@@ -55,11 +53,8 @@ DESIGN_BACKENDS = grid(tiny=["batched", "fused"], quick=[*BACKENDS, *NEW_BACKEND
 # torch.compile and FlexAttention compile each cell (about 5 s a cell of the quick grid's asv
 # run, against 1-2 s for the others): on the quick grid they take the first 8 general and
 # the first 4 decode points only. The sweeps alone time them at d = 256 and batch 2, so
-# every other width was an extrapolation: on 312 configs drawn wide (seeds 301-303,
-# 501-503, 601-603, 701-703, 713) their median errors were 21 % (compiled) and 41 % (flex);
-# with these 20 cells 5 % and 11 %, the sample's median 21 % -> 17 % (re-predicted,
-# 2026-12-04). The 8 training points (compiled only: FlexAttention has no CPU backward) and
-# the next 4 decode points moved neither.
+# every other width was an extrapolation (off-grid median errors 21 % for compiled and
+# 41 % for flex without these cells, 5 % and 11 % with them); more points moved neither.
 COMPILING = ("compiled", "flex")
 COMPILED_POINTS = {"Design": 8, "Decode": 4, "Train": 0}
 POINTS = calibration_design(grid(tiny=2, quick=16, full=32),
@@ -68,12 +63,11 @@ POINTS = calibration_design(grid(tiny=2, quick=16, full=32),
 # Sobol points no other design of the grid uses (a general point of decode mode at the same
 # point is the same config: the full grid's 32 general points and decode points from 16
 # timed 4 configs twice): sub-millisecond steps, about 1.7 s of the quick grid a point. Two
-# balanced blocks of 16 (points 16-31 and 48-63 on the quick grid, 48-79 on full): with 8,
-# two had d > 400, and the time of a wide decode step (its 4 d^2 projection weights read each
-# call) was a guess the fit made from them; with 16, the K/V cache size that decides where a
-# decode step's reads spill rested on a few cells of each backend, and off-grid decode steps
-# read a median 22 % off their prediction (54 configs of seeds 701-706, 2026-12-04), with 32
-# 14 % (over the 384 of seeds 701-716, 16 % -> 15 %; see docs/report.md).
+# balanced blocks of 16 (points 16-31 and 48-63 on the quick grid, 48-79 on full): with
+# fewer, the time of a wide decode step (its 4 d^2 projection weights read each call) and
+# the K/V cache size that decides where its reads spill rested on a few cells of each
+# backend (off-grid decode steps read a median 22 % off their prediction with 16 points,
+# 14 % with 32).
 DECODE_POINTS = [point for size, start in grid(tiny=[(2, 2)], quick=[(16, 16), (16, 48)],
                                                full=[(16, 48), (16, 64)])
                  for point in calibration_design(size, start=start, box=grid(

@@ -95,8 +95,8 @@ _CUDA_HERE = "cuda" in DEVICE_PARAMS and os.path.exists("/dev/nvidiactl")
 _DISCOVERY = sys.argv[1:2] == ["discover"] and Path(sys.argv[0]).name == "benchmark.py"
 # Where CUDA may start, the compiler machinery stays out: importing it with a CUDA build
 # of torch starts the CUDA driver in the forkserver, and no forked cell could use the GPU
-# (444801a on the H200: every cuda cell failed "Cannot re-initialize CUDA in forked
-# subprocess", and JAX's cuInit failed in the cells). tests/test_cuda_fork.py checks it.
+# (every cuda cell fails "Cannot re-initialize CUDA in forked subprocess", and JAX's cuInit
+# fails in the cells). tests/test_cuda_fork.py checks it.
 _DEFAULT_PREIMPORT = ["torch", "jax"] if _CUDA_HERE else ["torch", "jax", "compiler"]
 PREIMPORT = list_from_env("MHABENCH_PREIMPORT",
                           ["none"] if _DISCOVERY else _DEFAULT_PREIMPORT,
@@ -276,14 +276,9 @@ class AttentionBenchmark(abc.ABC):
     # regression gate sets its own rounds and repeat (-a): 8 rounds of 3-8 samples.
     repeat = grid(tiny=(8, 30, 0.3), quick=(8, 30, 0.3), full=(15, 60, 10.0))
     # asv's own warm-up calls, after prepare's and the settle: without them the first
-    # sample or two of a process still ran up to 2x slow in asv's timer (torch batched GQA
-    # cell, 36 processes), though the same calls made directly after the settle did not.
-    # 0.03 s does as well as 0.1 s on the quick grid and saves ~0.05 s a time cell: the
-    # head and GQA sweeps' 56 cells timed three times each way, interleaved, read medians
-    # 0.99x, the first two samples 1.02x the rest's median either way (past 1.3x: 7 and 8
-    # of 168 processes); the GQA sweep's 23 cells timed 11 times each way (order swapped
-    # every pair), each cell's median 0.99x (JAX, 0.91-1.07x) and 1.00x (torch,
-    # 0.95-1.02x), though single pairs of runs read JAX 0.85-1.26x (2026-12-05).
+    # sample or two of a process still ran up to 2x slow in asv's timer, though the same
+    # calls made directly after the settle did not. On the quick grid 0.03 s reads the
+    # same medians as 0.1 s (0.99x over the head and GQA sweeps) and saves ~0.05 s a cell.
     warmup_time = grid(tiny=0.1, quick=0.03, full=1.0)
     records_kernel = True  # False where the kernel cannot change along the class's grid
     # Which kept cells of a class that records kernels get a track_kernel process (only

@@ -8,7 +8,7 @@ asv builds a virtualenv and installs each commit into it, as it does for users; 
 CI fast the virtualenv borrows the running interpreter's site-packages (tests/support/scratch.py).
 The helpers also serve `python tests/test_asv_regression.py N`, which repeats the three
 cases (identical, 1.5x, 1.25x; or those named after N) N times and counts false flags
-and misses (the figures quoted in the notes)."""
+and misses (the figures docs/gate.md quotes)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 asv 0.6 imports every benchmark module once in its forkserver and forks each cell from it.
 If anything that import runs starts the CUDA driver, no forked cell can use the GPU (torch:
-"Cannot re-initialize CUDA in forked subprocess"; JAX: cuInit fails), which is how every
-cuda cell of 444801a failed on the H200. The check imports the suite as the forkserver
+"Cannot re-initialize CUDA in forked subprocess"; JAX: cuInit fails): every cuda cell of
+a grid fails that way. The check imports the suite as the forkserver
 does, with the GPU grid's settings, then forks a cell that runs torch and JAX on the GPU.
 """
 

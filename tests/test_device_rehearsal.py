@@ -249,8 +249,9 @@ def test_a_method_that_does_not_fit_runs_in_chunks_of_exact_cells() -> None:
 
 
 def _h200_cell_costs() -> list[tuple[str, float]]:
-    """Each PeakPrefill cell of the H200 run of ee41f416 with the seconds until the next
-    cell's process started (its fork, build, compile and samples)."""
+    """Each PeakPrefill cell of a real H200 run (tests/fixtures/h200-cell-starts.json) with
+    the seconds until the next cell's process started (its fork, build, compile and
+    samples)."""
     starts = json.loads((ROOT / "tests" / "fixtures" / "h200-cell-starts.json").read_text())
     prefill = [(c, t) for c, t in starts["cells"] if ".PeakPrefill." in c]
     return [(c, after - t) for (c, t), (_, after) in zip(prefill[:-1], prefill[1:], strict=True)]

@@ -18,7 +18,7 @@ without a plant held no step (docs/regressions.md).
 
 ``python tests/test_history_real.py OUT [BENCH_REGEX]`` builds the same history (all of
 the tiny grid's benchmarks by default) in OUT and prints the report's counts: the figures
-quoted in the notes."""
+docs/regressions.md quotes."""
 
 from __future__ import annotations
 

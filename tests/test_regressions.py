@@ -411,7 +411,7 @@ def test_report_flags_exactly_the_cells_that_got_slower(tmp_path: Path) -> None:
 
 def test_a_wiggle_below_the_threshold_does_not_split_a_steps_new_level() -> None:
     # A backend's median cell over eight real commits (log, the 2x plant at the fifth;
-    # tests/test_history_real.py, 2026-12-04): with the series' small noise the Potts solver
+    # a run of tests/test_history_real.py): with the series' small noise the Potts solver
     # cut the plant's commit off as a level of its own, and the step "rested on one commit".
     series = np.array([-0.38, -0.39, -0.37, -0.35, 0.45, 0.37, 0.41, 0.35])
     for sigma in (0.005, 0.01, 0.02, 0.05):
@@ -428,7 +428,7 @@ def test_a_wiggle_below_the_threshold_does_not_split_a_steps_new_level() -> None
 
 def test_a_partial_return_after_a_step_is_its_new_level_and_a_spike_is_not() -> None:
     # A backend's median cell (log) in a real history whose plant's commit a VM burst
-    # slowed again in half of its cells (tests/test_history_real.py, CI 2026-12-05): 2.7x
+    # slowed again in half of its cells (a CI run of tests/test_history_real.py): 2.7x
     # there, 2.2x after. The later commits are the step's new level, not a step down.
     series = np.array([0.02, -0.01, 0.0, -0.02, 1.0, 0.78, 0.80, 0.79])
     for sigma in (0.01, 0.02, 0.05):

@@ -93,8 +93,8 @@ def test_torch_step_dispatches_no_labels_and_no_weight_packing(config):
 
 
 def test_the_torch_check_sees_labels_and_packing(monkeypatch):
-    """The op log above catches both faults of issue 8: labels outside profiling and a
-    step that concatenates its weights."""
+    """The op log above catches both faults it guards against: labels outside profiling
+    and a step that concatenates its weights."""
     import torch
     from torch.autograd import profiler
 

@@ -67,9 +67,9 @@ def decode_kv_bytes(config: AttentionConfig) -> int:
     """Bytes of keys/values a decode step reads every call (the m + 1 positions the cache
     holds after the write), as its backend lays them out: the h_kv-wide cache, or its h-wide
     copy for a backend that repeats K/V (:data:`REPEATS_KV`), which writes and reads that
-    copy each call. (Deciding by the stored cache alone left batched MQA decode steps whose
-    copy outgrew the cache 3.5x short: two of 168 validate configs, seeds 200-213.) 0 for
-    the other modes, whose K/V are fresh."""
+    copy each call (judged by the stored cache alone, batched MQA decode steps whose copy
+    outgrew the cache ran 3.5x their prediction). 0 for the other modes, whose K/V are
+    fresh."""
     return decode_kv_elements(config) * DTYPE_BYTES[config.dtype]
 
 

@@ -68,10 +68,9 @@ def quick_values(cells: pd.DataFrame) -> np.ndarray:
 
 
 # A grid whose cells' probes read a 90th percentile past this was timed in bursts: the
-# probes (2 ms before and after a cell's samples) catch only part of them. At 1.40-1.45
-# (two quick grids of 2026-12-05; 1.14-1.20 on quieter days) whole design classes read
-# 1.3-1.8x their quiet times, some at a probe slowdown of 1.03-1.09, and the report's
-# leave-out median rose from 10.7 % to 14 %.
+# probes (2 ms before and after a cell's samples) catch only part of them. Past it whole
+# design classes read 1.3-1.8x their quiet times, some at a probe slowdown under 1.1, and
+# the report's leave-out error rises with them (quiet grids read 1.1-1.2 here).
 BURSTY_P90 = 1.3
 
 

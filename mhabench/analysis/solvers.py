@@ -11,14 +11,8 @@ noise is one-sided. A cell timed in a slow stretch reads up to 2x its quick time
 faster (:mod:`mhabench.measure.speed`), and a log residual counts such a cell as far off as
 one read at half its time, lifting the fit toward the slow cells. A relative residual
 bounds what a slow cell can pull (a cell read 2x slow is at most 0.5 under its
-prediction) while an over-prediction costs in full. Until 2026-12-06 the coefficients were
-refitted on log residuals under a soft-L1 loss; against 288 validate configs (seeds
-900-911, re-predicted after each seed's drift, on the quick grid of 16598d5 as timed by
-each of two runs and both together) relative residuals moved configs more than 35 % off
-19 -> 12, 18 -> 11 and 34 -> 15, the 90th percentile 31.8 -> 26.6 %, the median 10.9 ->
-9.8 %, and the sample's median over-prediction x1.05 -> x1.02. (The loss's scale, 0.05-3,
-did not matter; an inverse residual, ``1 - measured / predicted``, did worse: 30 past
-35 %.)
+prediction) while an over-prediction costs in full. (A log refit under a soft-L1 loss left
+off-grid configs a median x1.05 over-predicted; CHANGELOG.md has the comparison.)
 """
 
 from __future__ import annotations
@@ -31,10 +25,7 @@ import scipy.optimize
 # The weight of a prior coefficient in :func:`pulled_nnls`: a coefficient at twice (or 0)
 # its prior costs as much as one cell about 17 % off (sqrt(0.03)), so the cells move it
 # wherever they tell it, and where they cannot tell it (few cells, terms that move
-# together) it stays near the prior. Chosen on 2328 validate configs (seeds 200-750) for the
-# log refit: 0.01-0.3 all gave 8.1-8.3 % of configs more than 35 % off as factors either
-# way (8.9 % without a prior), 0.03 7.9 %; with relative residuals (seeds 900-911) 0.01,
-# 0.03, 0.1 and 0.3 put 14, 12, 13 and 14 of 288 configs more than 35 % off.
+# together) it stays near the prior. Weights from 0.01 to 0.3 fit off-grid configs alike.
 PRIOR_WEIGHT = 0.03
 
 

@@ -24,7 +24,7 @@ otherwise pick one by chance. Those choices and the coefficients are made by
 non-negative least squares on *relative* residuals (each row divided by its measured time),
 so a 2 ms cell counts as much as a 2 s one, and a cell a slow stretch of the machine read
 2x slow pulls less than an over-prediction costs (:mod:`mhabench.analysis.solvers` says
-why, with the figures against a log refit). A group gets the
+why). A group gets the
 full model only when it has more cells than the model has coefficients (those whose
 feature is not zero on every cell); otherwise the next simpler model of
 :data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
@@ -298,10 +298,7 @@ def pool_small_groups(models: Mapping[Key, TimeModel], groups: Mapping[Key, pd.D
 
     What such a group's few cells cannot tell apart lands anywhere: FlexAttention's 15
     cells (6 decode steps) put its per-call cost at 0 and 4.3 us on each head, and its
-    decode steps off the grid read a median 28 % off their prediction, 44 % of them more
-    than 35 % off (as factors; 3.2x over at h = 23); pulled, 12 % and 13 %. Over the 2328
-    validate configs of seeds 200-750 (re-predicted, 2026-12-04): configs more than 35 %
-    off 5.5 % -> 4.8 %, the 90th percentile 28.5 % -> 27.1 %, the median 10.3 % -> 10.0 %."""
+    decode steps off the grid read a median 28 % off their prediction; pulled, 12 %."""
     rates: dict[str, dict[str, list[float]]] = {}
     for key, model in models.items():
         if _well_fitted(model):

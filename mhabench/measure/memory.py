@@ -18,9 +18,7 @@ reads the same bytes in every process:
   assign (the batched layout's scores, softmax and mixing are one fusion: at b = 2,
   n = 512, h = 64 the plan holds 4 MiB and the call two 128 MiB maps). Nor is the heap
   reading: the planned temporaries reach it or not depending on what ran before in the
-  process (blockwise training, b = 1, n = 1024, d = 64, h = 8, plan 12.2 MiB: 0.1 MiB read
-  where the step was the process's first, 11.4-11.9 MiB after an n = 512 step). The
-  reading is the larger of the two, each a floor of what the step needs. The same
+  process. The reading is the larger of the two, each a floor of what the step needs. The same
   reading serves a plug-in's step, compiled or not (a step with no compiled function
   has no plan: the heap reading alone).
 - torch on CUDA: the caching allocator's peak (``reset_peak_memory_stats``,

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 FIRST_OVERHEAD_S = 12.0
 FIRST_PER_RUN_S = 3.0
 SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
-# A cell that compiles costs several eager ones: on the H200 (ee41f416, the load records'
-# start times) an eager torch cell took 1.7-3.3 s, a JAX cell (its process starts JAX's
-# CUDA backend and XLA compiles and autotunes) or a torch.compile / FlexAttention cell
-# (inductor imports and compiles) 11.6-16.3 s.
+# A cell that compiles costs several eager ones: on an H200 an eager torch cell took
+# 1.7-3.3 s, a JAX cell (its process starts JAX's CUDA backend and XLA compiles and
+# autotunes) or a torch.compile / FlexAttention cell (inductor imports and compiles)
+# 11.6-16.3 s.
 COMPILING_WEIGHT = 6.0
 COMPILING_TORCH_BACKENDS = ("compiled", "flex")
 # No single asv run is planned past this: asv saves a parametrized benchmark's results
 # only when all its cells are done, so a run stopped at the deadline loses every cell it
-# timed (ee41f416: 30 PeakPrefill cells over 205 s, none kept).
+# timed (once 30 prefill cells over 205 s, none kept).
 MAX_RUN_S = 150.0
 _PARAMS = re.compile(r"\('([\w.-]+)'(?:, '([\w.-]+)')?")
 
