@@ -147,7 +147,10 @@ DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32
 # track_kernel: on the CPU-only quick grid the library's choice is fixed (flash, or math
 # with dropout; XLA) and a forced kernel cannot fall back (its build fails), so the quick
 # grid spends those 84 s of processes on samples; a GPU run and tiny/full record it.
-RECORD_KERNELS = grid(tiny=True, quick="cuda" in DEVICE_PARAMS, full=True)
+# MHABENCH_KERNELS=1 records them on any grid (mhabench versions: a kernel changed between
+# two dependency sets is what a time alone hides).
+RECORD_KERNELS = (grid(tiny=True, quick="cuda" in DEVICE_PARAMS, full=True)
+                  or os.environ.get("MHABENCH_KERNELS") == "1")
 WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
 # The cost model's budget skips cells that would not fit; this cap is the net under it: a
 # cell that still runs out fails as that cell. Not where CUDA may start (it reserves far

@@ -1,5 +1,5 @@
 """The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
-profile, gate, shard, merge.
+profile, gate, versions, shard, merge.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -26,11 +26,13 @@ from mhabench.cli import (
     shard,
     time,
     validate,
+    versions,
 )
 from mhabench.cli.common import CLIError, Parser
 
 # --help lists them in this order
-COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, shard, merge)
+COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, versions,
+            shard, merge)
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,76 @@
+"""``mhabench versions BASE NEW``: did another dependency set (a torch or JAX upgrade, a
+local package at two versions) make this commit's cells slower? One asv environment per
+side, fresh processes alternating between them, a verdict per cell and the kernel each
+side ran (:mod:`mhabench.suite.versions`). Exit status 1 when a cell is slower on NEW or
+fails there only, 2 on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from mhabench.cli.common import CLIError
+
+
+def add_command(sub: Any) -> None:
+    p = sub.add_parser("versions", help="one commit in two dependency sets: a verdict per "
+                       "cell and the kernel each side ran (exit status 1 if NEW is slower)")
+    p.add_argument("base", help='the dependency set to compare against, e.g. '
+                   '"jax==0.9.2 jaxlib==0.9.2 flax==0.12.2": NAME==VERSION pins swapped '
+                   "into asv.conf.json's matrix, or paths of local wheels or project "
+                   "folders; \"\" for the project's own pins")
+    p.add_argument("new", help="the dependency set under test, written the same way")
+    p.add_argument("-b", "--bench", action="append", default=[],
+                   help="asv -b regex of the benchmarks to time (repeatable; default all), "
+                        "e.g. '^bench_heads' or \"time_step\\('jax'\"")
+    p.add_argument("--grid", default="quick", choices=("tiny", "quick", "full"),
+                   help="the benchmark grid (MHABENCH_GRID; default quick)")
+    p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.set_defaults(func=run)
+
+
+def _line(cell: dict[str, Any]) -> str:
+    ratio = "n/a" if cell["ratio"] is None else f"{cell['ratio']:.2f}x"
+    interval = "" if cell["low"] is None else f" [{cell['low']:.2f}, {cell['high']:.2f}]"
+    kernels = ""
+    if cell["kernel_base"] or cell["kernel_new"]:
+        kernels = f"  kernel {cell['kernel_base']} -> {cell['kernel_new']}" + (
+            "  KERNEL CHANGED" if cell["kernel_changed"] else "")
+    return f"{cell['verdict']:<14} {ratio:>7}{interval:<15} {cell['cell']}{kernels}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from mhabench.suite.sides import SideError
+    from mhabench.suite.versions import Comparison
+
+    def echo(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    try:
+        comparison = Comparison(args.base, args.new, args.bench, grid=args.grid,
+                                machine=args.machine, echo=echo)
+        summary = comparison.run()
+    except SideError as err:
+        raise CLIError(str(err)) from err
+    except RuntimeError as err:  # asv failed outright: its own message, on one line
+        raise CLIError(str(err).replace("\n", " ")) from err
+    sides = summary["sides"]
+    print(f"mhabench versions: {sides['new']['describe']} against "
+          f"{sides['base']['describe']} at {summary['commit'][:8]}, "
+          f"{len(summary['cells'])} cell(s) in {summary['seconds']['total']:.0f} s; "
+          f"results in {summary['folder']}")
+    order = {"failed on new": 0, "slower": 1, "failed on base": 2, "faster": 3,
+             "cleared": 4, "unchanged": 5}
+    for cell in sorted(summary["cells"], key=lambda c: (order.get(c["verdict"], 6),
+                                                        c["cell"])):
+        print(_line(cell))
+    for row in summary["compile_seconds"]:
+        base, new = row.get("base"), row.get("new")
+        if base and new:
+            print(f"{'compile':<14} {new / base:>6.2f}x {base:.2f} s -> {new:.2f} s  "
+                  f"{row['cell']}")
+    print(f"report: mhabench report --results {summary['folder']}/results --out "
+          "reports/versions.html")
+    bad = [c for c in summary["cells"] if c["verdict"] in ("slower", "failed on new")]
+    return 1 if bad else 0

@@ -1,0 +1,216 @@
+"""A side of a versions comparison: the project's asv environment with some packages pinned
+to other versions from the package index, or replaced by local wheels or project folders.
+
+A side is written as a user types it, ``"jax==0.9.2 jaxlib==0.9.2 flax==0.12.2"`` or
+``"./my_attention"`` (a project folder or a ``.whl`` file), items separated by spaces.
+:func:`parse_side` turns it into a :class:`Side`; :func:`versions_config` writes the asv
+config that builds both sides: the project's ``asv.conf.json`` with one ``include`` entry
+per side, each the project's matrix with the side's pins swapped in (a package the matrix
+lacks is added), local packages installed after the project (``install_command``), and two
+environment variables:
+
+- ``MHABENCH_SIDE`` (not part of the build): ``base`` or ``new``, so the two sides'
+  results carry different environment names even where the sides are the same;
+- ``MHABENCH_LOCAL`` (part of the build, local packages only): a digest of the local
+  packages' files, so a changed package gets an environment of its own, and an unchanged
+  side reuses the one built before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SIDES = ("base", "new")
+SIDE_VAR = "MHABENCH_SIDE"
+LOCAL_VAR = "MHABENCH_LOCAL"
+# PEP 508 names; a pin is exactly NAME==VERSION (the matrix holds versions, not ranges)
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
+
+
+class SideError(ValueError):
+    """A side that cannot be built as written (bad syntax, unknown package or version,
+    missing path, an install that failed)."""
+
+
+def canonical(name: str) -> str:
+    """A package name as the index compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str  # "base" or "new"
+    text: str  # as the user wrote it
+    pins: dict[str, str] = field(default_factory=dict)  # canonical name -> version
+    local: tuple[Path, ...] = ()  # wheels or project folders, absolute
+
+    def describe(self) -> str:
+        parts = [f"{name} {version}" for name, version in self.pins.items()]
+        parts += [path.name for path in self.local]
+        return ", ".join(parts) or "the project's pins"
+
+
+def parse_side(label: str, text: str) -> Side:
+    """The side ``label`` as written in ``text`` (raises :class:`SideError`)."""
+    pins: dict[str, str] = {}
+    local: list[Path] = []
+    for item in shlex.split(text):
+        match = _PIN.match(item)
+        if match:
+            name = canonical(match.group(1))
+            if name in pins:
+                raise SideError(f"side {label}: {name} is pinned twice ({text!r})")
+            pins[name] = match.group(2)
+            continue
+        path = Path(item).expanduser()
+        if path.is_file() and path.suffix == ".whl" or path.is_dir() and any(
+                (path / f).is_file() for f in ("pyproject.toml", "setup.py")):
+            local.append(path.resolve())
+            continue
+        raise SideError(f"side {label}: {item!r} is neither NAME==VERSION nor an existing "
+                        "wheel (.whl) or project folder (with pyproject.toml or setup.py)")
+    return Side(label, text, pins, tuple(local))
+
+
+def index_versions(name: str) -> list[str] | None:
+    """The versions of ``name`` on the package index pip is set up for (newest first), or
+    None if the index does not know the package."""
+    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name],
+                          capture_output=True, text=True)
+    found = re.search(r"^Available versions: (.*)$", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or not found:
+        return None
+    return [v.strip() for v in found.group(1).split(",") if v.strip()]
+
+
+def check_on_index(side: Side, installed: dict[str, str]) -> None:
+    """Every pin of ``side`` names a package and version the index serves; a pin equal to
+    the project's own version (``installed``) is taken as it is (raises :class:`SideError`
+    naming the package and the versions there)."""
+    for name, version in side.pins.items():
+        if installed.get(name) == version:
+            continue
+        versions = index_versions(name)
+        if versions is None:
+            raise SideError(f"side {side.label}: package {name!r} is not on the package index")
+        if version not in versions:
+            raise SideError(f"side {side.label}: {name} {version} is not on the package "
+                            f"index; versions there: {', '.join(versions[:10])}"
+                            + (" ..." if len(versions) > 10 else ""))
+
+
+def local_digest(paths: tuple[Path, ...]) -> str:
+    """A short digest of the local packages' files (a folder's tracked-looking files: no
+    build output, caches or VCS data)."""
+    h = hashlib.sha256()
+    skip = {".git", "build", "dist", "__pycache__", ".eggs"}
+    for path in paths:
+        files = [path] if path.is_file() else sorted(
+            p for p in path.rglob("*") if p.is_file()
+            and not skip & set(p.relative_to(path).parts)
+            and not p.name.endswith((".pyc", ".egg-info")))
+        for f in files:
+            h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def side_include(conf: dict[str, Any], side: Side) -> dict[str, Any]:
+    """asv's ``include`` entry that builds ``side``: the project's requirements, one version
+    each, with the side's pins swapped in, and the side's environment variables."""
+    matrix = dict(conf.get("matrix") or {})
+    if not any(k in matrix for k in ("req", "env", "env_nobuild")):
+        matrix = {"req": matrix}  # asv's old style: the whole matrix is requirements
+    entry: dict[str, Any] = {"python": str((conf.get("pythons") or [
+        f"{sys.version_info.major}.{sys.version_info.minor}"])[0])}
+    for kind in ("req", "env", "env_nobuild"):
+        entry[kind] = {}
+        for name, values in (matrix.get(kind) or {}).items():
+            values = values if isinstance(values, list) else [values]
+            if len(values) != 1:
+                raise SideError(f"asv.conf.json's matrix gives {name} {len(values)} values; "
+                                "a versions comparison needs one each")
+            entry[kind][name] = values[0]
+    by_canonical = {canonical(k): k for k in entry["req"]}
+    for name, version in side.pins.items():
+        entry["req"][by_canonical.get(name, name)] = version
+    if side.local:
+        entry["env"][LOCAL_VAR] = local_digest(side.local)
+    entry["env_nobuild"][SIDE_VAR] = side.label
+    return entry
+
+
+INSTALL_LOCAL = """import json, subprocess, sys
+paths = json.load(open(sys.argv[1])).get(sys.argv[2], [])
+if paths:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps",
+                    "--force-reinstall", *paths], check=True)
+"""
+
+
+def versions_config(root: Path, folder: Path, sides: list[Side], name: str) -> Path:
+    """Write ``folder/<name>/asv.conf.json``: the project's config with one environment per
+    side, in the order of ``sides`` (asv runs a round's environments in this order), and
+    results in ``folder/results``. Local packages are installed after the project, by a
+    script that looks up the environment's name."""
+    from asv import environment as asv_env
+    from asv.config import Config
+    from asv.util import load_json
+
+    conf = load_json(str(Path(root) / "asv.conf.json"), js_comments=True)
+    for key in ("repo", "benchmark_dir", "env_dir"):
+        if key in conf and not Path(conf[key]).is_absolute():
+            conf[key] = str((Path(root) / conf[key]).resolve())
+    conf["include"] = [side_include(conf, side) for side in sides]
+    conf["matrix"] = {}
+    conf["exclude"] = [{"python": ".*"}]  # the empty matrix's bare environment
+    folder = Path(folder).resolve()
+    script, local = folder / "install_local.py", folder / "local.json"
+    conf["install_command"] = [*(conf.get("install_command") or [
+        "in-dir={env_dir} python -mpip install {wheel_file}"]),
+        f"python {shlex.quote(str(script))} {shlex.quote(str(local))} {{env_name}}"]
+    conf.update(results_dir=str(folder / "results"), html_dir=str(folder / "html"))
+    out = folder / name
+    out.mkdir(parents=True)
+    path = out / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=1) + "\n")
+    # which environment installs which local packages: asv gives the script its name
+    envs = list(asv_env.get_environments(Config.load(str(path)), None, verbose=False))
+    if len(envs) != len(sides):
+        raise SideError(f"{path} describes {len(envs)} asv environments; expected "
+                        f"{len(sides)}")
+    script.write_text(INSTALL_LOCAL)
+    mapping = json.loads(local.read_text()) if local.is_file() else {}
+    for env, side in zip(envs, sides, strict=True):
+        mapping[env.name] = [str(p) for p in side.local]
+    local.write_text(json.dumps(mapping, indent=1) + "\n")
+    return path
+
+
+def environments(config: Path) -> dict[str, Any]:
+    """asv's environment objects of a versions config, by side label."""
+    from asv import environment as asv_env
+    from asv.config import Config
+
+    envs = asv_env.get_environments(Config.load(str(config)), None, verbose=False)
+    return {env.env_vars[SIDE_VAR]: env for env in envs}
+
+
+def installed_versions(python: Path, names: list[str]) -> dict[str, str | None]:
+    """What ``python`` has installed of ``names`` (None: not installed)."""
+    script = ("import json, sys\nfrom importlib import metadata\nout = {}\n"
+              "for n in sys.argv[1:]:\n    try:\n        out[n] = metadata.version(n)\n"
+              "    except metadata.PackageNotFoundError:\n        out[n] = None\n"
+              "print(json.dumps(out))")
+    done = subprocess.run([str(python), "-c", script, *names], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SideError(f"{python} could not report its packages: {done.stderr.strip()[-300:]}")
+    return json.loads(done.stdout)
