@@ -28,6 +28,7 @@ from mhabench.report import (
     sections_overview,
     sections_profile,
     sections_validation,
+    sections_versions,
 )
 from mhabench.report.context import Context
 from mhabench.report.palette import Palette
@@ -61,6 +62,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
     ("regressions", "Regressions across commits (time)", sections_history.regressions_section),
     ("memory-and-track", "Memory and track_ values across commits",
      sections_history.values_section),
+    ("versions", "Versions side by side", sections_versions.versions_section),
     ("machines", "Machines side by side", sections_compare.machines_section),
     ("profile", "Profile breakdown by region", sections_profile.profile_section),
 )

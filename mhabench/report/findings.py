@@ -10,6 +10,7 @@ import pandas as pd
 
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
+from mhabench.analysis.versions import finding
 from mhabench.core.cost import TRAIN_FACTOR
 from mhabench.report.context import Context
 from mhabench.report.palette import FRAMEWORK_NAMES
@@ -18,6 +19,8 @@ from mhabench.report.types import Finding, Section
 
 Answer = Callable[[Context, dict[str, Section], str], str | None]
 NOT_MEASURED = "not measured"
+# Questions only some runs ask (a versions comparison): left out where nothing answers them.
+ONLY_WHEN_MEASURED = frozenset({"versions"})
 
 
 def _table(sections: dict[str, Section], sid: str, name: str, machine: str,
@@ -188,6 +191,11 @@ def regressions(ctx: Context, sections: dict[str, Section], machine: str) -> str
     return text + "."
 
 
+def versions(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
+    summary = sections["versions"].facts.get("summary")
+    return None if summary is None else finding(summary)
+
+
 def fallbacks(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
     k = ctx.kernels
     if k is None or k.empty:
@@ -254,6 +262,7 @@ QUESTIONS: tuple[tuple[str, str, Answer], ...] = (
     ("Forward vs forward + backward", "forward-backward", training),
     ("Time model accuracy", "time-model", accuracy),
     ("Regressions since the previous commit", "regressions", regressions),
+    ("Did the other dependency set slow a cell?", "versions", versions),
     ("GPU kernels against the peak (16k tokens, width 128)", "gpu-peak", gpu_peak),
     ("Kernel fallbacks", "kernels", fallbacks),
     ("Cells skipped or failed", "warnings", missing),
@@ -281,5 +290,7 @@ def findings_section(ctx: Context, sections: dict[str, Section]) -> Section:
         answers = {}
         for machine in machines:
             answers[machine_label(ctx, machine)] = answer(ctx, sections, machine) or NOT_MEASURED
+        if target in ONLY_WHEN_MEASURED and set(answers.values()) == {NOT_MEASURED}:
+            continue
         out.append(Finding(question, target, answers))
     return Section("", "", findings=out)

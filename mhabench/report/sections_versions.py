@@ -1,0 +1,59 @@
+"""The section "Versions side by side": one commit timed in two dependency sets by
+``mhabench versions``, read from the ``versions.json`` beside the results."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mhabench.analysis.versions import (
+    cells_frame,
+    compile_frame,
+    finding,
+    load_summary,
+    side_label,
+)
+from mhabench.report.context import Context
+from mhabench.report.types import Section, Table
+
+
+def versions_section(ctx: Context) -> Section:
+    summary = load_summary(ctx.results.root)
+    if summary is None:
+        return Section("", "", absent="No versions comparison beside these results "
+                       "(mhabench versions BASE NEW writes one; report on its results "
+                       "folder).")
+    section = Section("", "", facts={"summary": summary})
+    settings = summary.get("settings", {})
+    sides = summary["sides"]
+    section.text.append(
+        f"Commit {summary['commit'][:8]} timed in two asv environments: base "
+        f"{side_label(summary, 'base')} (`{sides['base'].get('env_name')}`) and new "
+        f"{side_label(summary, 'new')} (`{sides['new'].get('env_name')}`).")
+    section.text.append(
+        f"Each side's evidence is its processes' medians, the sides alternating ABBA; "
+        f"{settings.get('screen_rounds')} rounds screen every cell, a ratio past "
+        f"{settings.get('screen_factor')}x either way gets {settings.get('confirm_rounds')} "
+        f"fresh rounds, and a cell is slower or faster only where that confirmation's 95 % "
+        f"interval (a bootstrap over processes) clears 1.0 and its ratio passes "
+        f"{settings.get('factor')}x. new/base is the median of each side's fast processes "
+        "(within 1.25x of its fastest), so the machine's slow mode does not count.")
+    section.text.append(finding(summary))
+    seconds = summary.get("seconds", {})
+    if seconds:
+        section.text.append("Time taken: " + ", ".join(f"{k} {v:.0f} s"
+                                                      for k, v in seconds.items()) + ".")
+    section.tables.append(Table("cells", "Each cell: verdict, new/base and the kernel each "
+                                "side ran", cells_frame(summary)))
+    compiled = compile_frame(summary)
+    if len(compiled):
+        section.tables.append(Table("compile", "Compile time on each side", compiled))
+    section.tables.append(Table("environments", "What each side had installed",
+                                _environments(sides)))
+    return section
+
+
+def _environments(sides: dict) -> pd.DataFrame:
+    names = sorted({n for s in sides.values() for n in (s.get("versions") or {})})
+    return pd.DataFrame([{"package": n, **{label: (s.get("versions") or {}).get(n)
+                                           for label, s in sides.items()}} for n in names],
+                        columns=["package", *sides])
