@@ -1,8 +1,8 @@
 """``mhabench versions BASE NEW``: did another dependency set (a torch or JAX upgrade, a
 local package at two versions) make this commit's cells slower? One asv environment per
 side, fresh processes alternating between them, a verdict per cell and the kernel each
-side ran (:mod:`mhabench.suite.versions`). Exit status 1 when a cell is slower on NEW or
-fails there only, 2 on bad input."""
+side ran (:mod:`mhabench.suite.versions`). Exit status 1 when a cell is slower on NEW, 2 on
+bad input and when a cell fails on one side only (its verdict line says which)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from mhabench.cli.common import CLIError
 
 def add_command(sub: Any) -> None:
     p = sub.add_parser("versions", help="one commit in two dependency sets: a verdict per "
-                       "cell and the kernel each side ran (exit status 1 if NEW is slower)")
+                       "cell and the kernel each side ran (exit status 1 if NEW is slower, 2 "
+                       "if a cell fails on one side)")
     p.add_argument("base", help='the dependency set to compare against, e.g. '
                    '"jax==0.9.2 jaxlib==0.9.2 flax==0.12.2": NAME==VERSION pins swapped '
                    "into asv.conf.json's matrix, or paths of local wheels or project "
@@ -72,5 +73,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{row['cell']}")
     print(f"report: mhabench report --results {summary['folder']}/results --out "
           "reports/versions.html")
-    bad = [c for c in summary["cells"] if c["verdict"] in ("slower", "failed on new")]
-    return 1 if bad else 0
+    if any(c["verdict"].startswith("failed") for c in summary["cells"]):
+        return 2  # a cell that runs on one side only: its line above says which
+    return 1 if any(c["verdict"] == "slower" for c in summary["cells"]) else 0

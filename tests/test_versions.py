@@ -1,0 +1,234 @@
+"""``mhabench versions``: one commit timed in two dependency sets.
+
+Real runs, in a scratch clone whose asv environments borrow this interpreter's
+site-packages (tests/support/scratch.py) and install each side's own packages on top, as
+asv does for users: a user's plug-in package (tests/support/plugin_package.py) at two
+releases, 1.1 slower through a real code change, is flagged on its cell and on nothing else;
+identical sides flag nothing; a real pair of JAX releases (an earlier one and the pinned
+one) runs end to end into the report; a side that cannot install and a cell that fails on
+one side only each end in one line and exit status 2. The statistics and the side syntax
+are checked on their own first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.plugin_package import NAME, write_release
+from support.scratch import asv_env, scratch_clone
+
+from mhabench.analysis.process_compare import compare, lean, verdict
+from mhabench.analysis.versions import VERDICTS
+from mhabench.suite.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include
+
+ROOT = Path(__file__).resolve().parents[1]
+# The quick grid's GQA cell (batch 2, n 512, d 256, 16 query heads over 4 K/V heads).
+GQA = r"MhaGqaMqa\.time_step\('{framework}', '{backend}', 2, 512, 256, 16, 4, "
+EARLIER_JAX = "jax==0.9.2 jaxlib==0.9.2 flax==0.12.4"  # flax 0.12.8 needs jax >= 0.10
+PINNED_JAX = "jax==0.10.2 jaxlib==0.10.2 flax==0.12.8"
+
+
+# -- the sides as written ------------------------------------------------------------------
+def test_a_side_is_pins_and_local_packages(tmp_path: Path) -> None:
+    package = write_release(tmp_path / "pkg", "1.0", written_out=False)
+    side = parse_side("new", f"JAX==0.9.2 jax_lib==0.9.2 {package}")
+    assert side.pins == {"jax": "0.9.2", "jax-lib": "0.9.2"}
+    assert side.local == (package.resolve(),)
+    conf = {"matrix": {"req": {"torch": ["2.13.0"], "jax": ["0.10.2"]}}, "pythons": ["3.11"]}
+    entry = side_include(conf, side)
+    assert entry["req"] == {"torch": "2.13.0", "jax": "0.9.2", "jax-lib": "0.9.2"}
+    assert entry["env_nobuild"] == {SIDE_VAR: "new"}
+    assert len(entry["env"][LOCAL_VAR]) == 10  # the package's digest: its own environment
+    # the same files give the same digest (the environment is reused); a change, another
+    before = entry["env"][LOCAL_VAR]
+    assert side_include(conf, side)["env"][LOCAL_VAR] == before
+    (package / "mysdpa_attention.py").write_text("# changed\n")
+    assert side_include(conf, side)["env"][LOCAL_VAR] != before
+
+
+@pytest.mark.parametrize("text, message", [
+    ("jax>=0.9", "neither NAME==VERSION nor an existing wheel"),
+    ("jax==0.9.2 jax==0.10.2", "jax is pinned twice"),
+    ("./no/such/folder", "neither NAME==VERSION nor an existing wheel"),
+])
+def test_a_side_that_cannot_be_read_names_the_item(text: str, message: str) -> None:
+    with pytest.raises(SideError, match=re.escape(message)):
+        parse_side("base", text)
+
+
+# -- the statistics ------------------------------------------------------------------------
+def test_the_slow_mode_is_set_apart_and_the_interval_is_over_processes() -> None:
+    """A third of processes 1.5x slow, more of them on one side by chance: the fast
+    processes compare the same (1.00x, interval across 1); taking every process, as a plain
+    median of processes does, reads a change that is the machine's."""
+    fast = [1.00, 1.01, 0.99, 1.02, 1.00, 0.98]
+    base = fast + [1.5]
+    new = fast[:4] + [1.5, 1.52, 1.49]
+    result = compare(base, new)
+    assert 0.98 < result.ratio < 1.02 and result.low < 1 < result.high
+    assert verdict(result, 1.05) == "unchanged"
+    plain = np.median(new) / np.median(base)
+    assert plain > 1.05  # the slow mode counted: what FAST_MARGIN prevents
+    assert compare(base, new, margin=10.0).ratio > 1.05  # switched off: a false change
+
+
+def test_a_real_change_clears_one_and_the_factor() -> None:
+    rng = np.random.default_rng(3)
+    base = list(1 + 0.03 * rng.standard_normal(8))
+    new = list(1.2 + 0.03 * rng.standard_normal(8))
+    result = compare(base, new)
+    assert result.low > 1.1 and verdict(result, 1.05) == "slower" and lean(result, 1.05) == "+"
+    assert verdict(compare(new, base), 1.05) == "faster"
+    with pytest.raises(ValueError, match="two timed processes"):
+        compare([1.0], new)
+
+
+# -- bad input, before anything runs -------------------------------------------------------
+def _versions(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+              timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mhabench.cli", "versions", *args],
+                          cwd=cwd, env=env or {**os.environ}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("base, message", [
+    ("no-such-package-mhabench==1.0", "package 'no-such-package-mhabench' is not on the "
+                                      "package index"),
+    ("jax==0.0.999", "jax 0.0.999 is not on the package index; versions there: 0.10.2"),
+    ("jax>0.9", "'jax>0.9' is neither NAME==VERSION"),
+])
+def test_bad_sides_end_in_one_line_and_write_nothing(base: str, message: str) -> None:
+    folder = ROOT / ".asv" / "versions"
+    before = sorted(folder.iterdir()) if folder.is_dir() else []
+    done = _versions(base, "", "-b", "nothing")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr
+    assert (sorted(folder.iterdir()) if folder.is_dir() else []) == before
+
+
+# -- real runs in a scratch clone ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
+    """(the clone, the environment to run in, a folder with the plug-in's releases)."""
+    from conftest import _machine_home
+
+    tmp = tmp_path_factory.mktemp("versions")
+    repo, _ = scratch_clone(tmp)
+    releases = tmp / "releases"
+    write_release(releases / "1.0", "1.0", written_out=False)
+    write_release(releases / "1.1", "1.1", written_out=True)
+    return repo, asv_env(_machine_home(tmp)), releases
+
+
+def _summary(done: subprocess.CompletedProcess) -> dict:
+    folder = re.search(r"results in (\S+)", done.stdout).group(1)
+    return json.loads((Path(folder) / "versions.json").read_text())
+
+
+def _verdicts(summary: dict) -> dict[str, str]:
+    return {cell["cell"]: cell["verdict"] for cell in summary["cells"]}
+
+
+@pytest.mark.slow
+def test_a_side_that_fails_to_install_ends_in_one_line(scratch) -> None:
+    repo, env, releases = scratch
+    broken = write_release(releases.parent / "broken", "1.0", written_out=False)
+    (broken / "pyproject.toml").write_text((broken / "pyproject.toml").read_text().replace(
+        'requires-python = ">=3.10"', 'requires-python = ">=9.0"'))
+    done = _versions(str(releases / "1.0"), str(broken), "-b", GQA.format(
+        framework="torch", backend=NAME), cwd=repo, env=env, timeout=900)
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("mhabench versions: error: side new (broken) failed to install"), last
+    assert "Python" in last  # pip's own reason
+
+
+@pytest.mark.slow
+def test_a_cell_failing_on_one_side_is_a_verdict(scratch) -> None:
+    """Release 1.2 breaks the attention (a mask built with the wrong shape): its cell
+    reads "failed on new", the run ends with exit status 2 and the verdict table."""
+    repo, env, releases = scratch
+    bad = write_release(releases.parent / "1.2", "1.2", written_out=False)
+    module = bad / "mysdpa_attention.py"
+    module.write_text(module.read_text().replace(
+        "    return torch.softmax(scores, dim=-1) @ v",
+        "    keep = torch.ones(scores.shape[-1], scores.shape[-2], dtype=torch.bool)\n"
+        "    return torch.softmax(scores.masked_fill(~keep, -1e6), dim=-1) @ v"))
+    done = _versions(str(releases / "1.0"), str(bad), "-b", GQA.format(
+        framework="torch", backend=NAME), cwd=repo, env=env, timeout=1200)
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if f"'{NAME}'" in line]
+    assert len(rows) == 1 and rows[0].startswith("failed on new"), done.stdout
+
+
+@pytest.mark.slow
+def test_a_real_pair_of_jax_releases_runs_into_the_report(scratch, tmp_path: Path) -> None:
+    """An earlier JAX release against the pinned one, on two JAX cells: each side has the
+    versions it was asked for, each cell a verdict and the kernel each side ran, and the
+    report's "Versions side by side" and findings carry them."""
+    repo, env, _ = scratch
+    done = _versions(EARLIER_JAX, PINNED_JAX, "-b", GQA.format(
+        framework="jax", backend="(fused|batched)"), cwd=repo, env=env, timeout=2400)
+    assert done.returncode in (0, 1), done.stdout + done.stderr[-3000:]
+    summary = _summary(done)
+    assert summary["sides"]["base"]["versions"]["jax"] == "0.9.2"
+    assert summary["sides"]["new"]["versions"]["jax"] == "0.10.2"
+    assert summary["sides"]["new"]["versions"]["flax"] == "0.12.8"
+    verdicts = _verdicts(summary)
+    assert len(verdicts) == 2 and set(verdicts.values()) <= set(VERDICTS), verdicts
+    fused = next(c for c in summary["cells"] if "'fused'" in c["cell"])
+    assert fused["kernel_base"] == fused["kernel_new"] == "xla"
+    assert not fused["kernel_changed"]
+    out = tmp_path / "versions.html"
+    report = subprocess.run([sys.executable, "-m", "mhabench.cli", "report", "--results",
+                             f"{summary['folder']}/results", "--out", str(out)], cwd=repo,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    markdown = out.with_suffix(".md").read_text()
+    section = markdown.split("Versions side by side", 2)[-1]
+    assert "jax 0.10.2, jaxlib 0.10.2, flax 0.12.8 against jax 0.9.2" in markdown  # finding
+    for cell in verdicts:
+        assert cell.split("(", 1)[1][:20] in section or "fused" in section
+    tables = out.with_name(out.stem + "_tables")
+    cells = (tables / "versions--cells.csv").read_text()
+    assert cells.count("xla") >= 2 and all(v in cells for v in verdicts.values())
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_a_slowed_plugin_release_is_flagged_and_nothing_else(scratch) -> None:
+    """The user's package at 1.0 and 1.1 (softmax written out: about 1.4x on this cell):
+    its cell is slower; torch's fused cell, the same code on both sides, is not flagged."""
+    repo, env, releases = scratch
+    cells = GQA.format(framework="torch", backend=f"({NAME}|fused)")
+    done = _versions(str(releases / "1.0"), str(releases / "1.1"), "-b", cells, cwd=repo,
+                     env=env, timeout=2400)
+    print(done.stdout)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    verdicts = _verdicts(_summary(done))
+    assert len(verdicts) == 2, verdicts
+    for cell, said in verdicts.items():
+        assert said == ("slower" if f"'{NAME}'" in cell else said), verdicts
+        if f"'{NAME}'" not in cell:
+            assert said in ("unchanged", "cleared"), verdicts
+    assert not (repo / ".asv" / "results").exists()  # asv's configured results: untouched
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_identical_sides_flag_nothing(scratch) -> None:
+    repo, env, _ = scratch
+    cells = GQA.format(framework="torch", backend="(batched|fused)")
+    done = _versions("", "", "-b", cells, cwd=repo, env=env, timeout=2400)
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    verdicts = _verdicts(_summary(done))
+    assert len(verdicts) == 2 and set(verdicts.values()) <= {"unchanged", "cleared"}, verdicts
