@@ -32,8 +32,15 @@ def load_summary(folder: str | Path) -> dict[str, Any] | None:
 
 
 def side_label(summary: dict[str, Any], side: str) -> str:
-    """A side as people name it: its pins and local packages, else the project's pins."""
-    return summary["sides"][side].get("describe") or side
+    """A side as people name it: its pins and local packages; a side that pins nothing by
+    the versions it had of what the other side pins ("jax 0.10.2 (the project's pins)")."""
+    info = summary["sides"][side]
+    if info.get("pins") or info.get("local"):
+        return info.get("describe") or side
+    other = summary["sides"]["new" if side == "base" else "base"].get("pins") or {}
+    had = info.get("versions") or {}
+    named = [f"{name} {had[name]}" for name in other if had.get(name)]
+    return ", ".join(named) + " (the project's pins)" if named else "the project's pins"
 
 
 def cells_frame(summary: dict[str, Any]) -> pd.DataFrame:

@@ -42,6 +42,7 @@ def _line(cell: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mhabench.analysis.versions import side_label
     from mhabench.suite.sides import SideError
     from mhabench.suite.versions import Comparison
 
@@ -56,9 +57,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(err)) from err
     except RuntimeError as err:  # asv failed outright: its own message, on one line
         raise CLIError(str(err).replace("\n", " ")) from err
-    sides = summary["sides"]
-    print(f"mhabench versions: {sides['new']['describe']} against "
-          f"{sides['base']['describe']} at {summary['commit'][:8]}, "
+    print(f"mhabench versions: {side_label(summary, 'new')} against "
+          f"{side_label(summary, 'base')} at {summary['commit'][:8]}, "
           f"{len(summary['cells'])} cell(s) in {summary['seconds']['total']:.0f} s; "
           f"results in {summary['folder']}")
     order = {"failed on new": 0, "slower": 1, "failed on base": 2, "faster": 3,

@@ -30,7 +30,7 @@ def versions_section(ctx: Context) -> Section:
         f"{side_label(summary, 'base')} (`{sides['base'].get('env_name')}`) and new "
         f"{side_label(summary, 'new')} (`{sides['new'].get('env_name')}`).")
     section.text.append(
-        f"Each side's evidence is its processes' medians, the sides alternating ABBA; "
+        f"Each side's evidence is its processes' medians, the sides alternating (ABAB, then BABA); "
         f"{settings.get('screen_rounds')} rounds screen every cell, a ratio past "
         f"{settings.get('screen_factor')}x either way gets {settings.get('confirm_rounds')} "
         f"fresh rounds, and a cell is slower or faster only where that confirmation's 95 % "

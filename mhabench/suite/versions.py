@@ -350,6 +350,8 @@ class Comparison:
         passed = self.screen()
         self.seconds["screen"] = round(time.monotonic() - start - self.seconds["build"], 1)
         self.confirm(passed)
+        self.seconds["confirm"] = round(time.monotonic() - start - self.seconds["build"]
+                                        - self.seconds["screen"], 1)
         self.failures()
         self.kernels_and_compile()
         self.seconds["total"] = round(time.monotonic() - start, 1)
