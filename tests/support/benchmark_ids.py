@@ -32,7 +32,7 @@ _LIST = textwrap.dedent("""
     for b in disc_benchmarks("benchmarks"):
         public = {k: v for k, v in vars(b).items()
                   if isinstance(v, (str, int, float, list, tuple, dict, bool))
-                  and not k.startswith("_") and k not in ("code", "version")}
+                  and not k.startswith("_") and k not in ("code", "version", "version_alts")}
         cells = list(itertools.product(*b._params))
         skip = set(b._skip_tuples)
         public["skipped"] = [i for i, cell in enumerate(cells) if cell in skip]
@@ -46,8 +46,9 @@ KEYS = ("name", "type", "unit", "param_names", "params", "skipped")
 
 def discovered(grid: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every benchmark asv discovers under ``grid``: its public attributes as asv's
-    ``benchmarks.json`` has them, less ``code`` and ``version`` (hashes of the source),
-    and ``skipped``, the indices of the cells it skips in asv's parameter product."""
+    ``benchmarks.json`` has them, less ``code``, ``version`` and ``version_alts`` (hashes
+    of the source), and ``skipped``, the indices of the cells it skips in asv's parameter
+    product."""
     # Only the grid and what the caller names: no MHABENCH_* of this shell leaks in.
     base = {k: v for k, v in os.environ.items() if not k.startswith("MHABENCH_")}
     done = subprocess.run(
