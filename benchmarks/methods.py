@@ -20,7 +20,7 @@ from mhabench.measure import (
     allocator,
     device_time,
     gpu_state,
-    kernels,
+    kernel_detect,
     machine_load,
     memory,
     timing,
@@ -123,21 +123,21 @@ class StepRss(AttentionBenchmark):
 
 class KernelTrack(AttentionBenchmark):
     """``track_kernel``: the attention kernel that ran, as
-    ``mhabench.core.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a
+    ``mhabench.core.kernel_codes.KERNEL_CODES`` (a fused cell falling back to math reads as a
     rise); on the kept library-call cells (fused, forced kernels, reference) that
     ``keep_kernel`` takes. Only where the grid records kernels (``RECORD_KERNELS``); there a
     class keeps the method even when no cell of it is a library call (all n/a), as its
     results always had it."""
 
     # Which kept cells get a track_kernel process (only library calls ever do:
-    # mhabench.measure.kernels.library_call).
+    # mhabench.measure.kernel_detect.library_call).
     keep_kernel = staticmethod(lambda config: True)
 
     if RECORD_KERNELS:
-        @runs_on(lambda cls, c: cls.keep_kernel(c) and kernels.library_call(c),
+        @runs_on(lambda cls, c: cls.keep_kernel(c) and kernel_detect.library_call(c),
                  when_none=True)
         def track_kernel(self, *params: Any) -> int:
-            return kernels.KERNEL_CODES[kernels.detect_kernel(self.cfg, self.step)]
+            return kernel_detect.KERNEL_CODES[kernel_detect.detect_kernel(self.cfg, self.step)]
 
         track_kernel.unit = "kernel code"
 

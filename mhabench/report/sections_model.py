@@ -21,7 +21,7 @@ from mhabench.analysis.validation import (
     error_summary,
     leave_out,
 )
-from mhabench.core.kernels import SCORE_TERMS
+from mhabench.core.kernel_codes import SCORE_TERMS
 from mhabench.report.context import (
     Context,
     exercise_sweeps,
