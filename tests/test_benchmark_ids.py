@@ -5,14 +5,14 @@ renames a method, reorders a class's parameters or skips other cells makes earli
 results no longer load beside new ones. The tiny grid's discovery (asv_runner's own, in
 a fresh interpreter: imports only, a few seconds) must match the committed listing,
 ``tests/fixtures/benchmark_ids_tiny.json``; a change that means to move the ids rewrites
-it with ``tests.support.benchmark_ids.write_fixture()``.
+it with ``write_fixture()`` of ``tests/support/benchmark_ids.py``.
 """
 
 from __future__ import annotations
 
 import json
 
-from tests.support.benchmark_ids import FIXTURE, brief, discovered
+from support.benchmark_ids import FIXTURE, brief, discovered
 
 
 def test_the_tiny_grid_discovers_the_committed_benchmark_ids() -> None:

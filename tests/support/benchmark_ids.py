@@ -6,8 +6,8 @@ names, parameters and skipped cells. :func:`discovered` lists them (asv_runner's
 discovery, in a fresh interpreter: the modules read the grid at import);
 ``tests/test_benchmark_ids.py`` compares the tiny grid's with a committed listing.
 
-Run as a script, it writes every grid's listing (``python -m tests.support.benchmark_ids
-OUT_DIR [GRID...]``), to compare all of a change's grids by hand.
+Run as a script from the repository root, it writes every grid's listing, to compare all
+of a change's grids by hand: ``python -m tests.support.benchmark_ids OUT_DIR [GRID...]``.
 """
 
 from __future__ import annotations
