@@ -9,7 +9,15 @@ import itertools
 
 from mhabench.measure import calibration
 
-from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, GRID, THREADS, unsupported_as_skip
+from .common import (
+    DEVICE_PARAMS,
+    DTYPES,
+    FRAMEWORKS,
+    GRID,
+    THREADS,
+    parameters,
+    unsupported_as_skip,
+)
 
 SIZES = {device: calibration.MATMUL_SIZE[device][GRID] for device in DEVICE_PARAMS}
 MIBS = {device: calibration.COPY_MIB[device][GRID] for device in DEVICE_PARAMS}
@@ -27,8 +35,8 @@ class Calibration:
 
 
 class MatmulPeak(Calibration):
-    param_names = ["framework", "device", "dtype", "size", "threads"]
-    params = [FRAMEWORKS, DEVICE_PARAMS, DTYPES, sorted(set(SIZES.values())), [THREADS]]
+    param_names, params = parameters(framework=FRAMEWORKS, device=DEVICE_PARAMS, dtype=DTYPES,
+                                     size=sorted(set(SIZES.values())), threads=[THREADS])
     skip_params = _other_devices_sizes(params, SIZES)
 
     def setup(self, framework, device, dtype, size, threads):
@@ -40,8 +48,8 @@ class MatmulPeak(Calibration):
 
 
 class CopyBandwidth(Calibration):
-    param_names = ["framework", "device", "dtype", "mib", "threads"]
-    params = [FRAMEWORKS, DEVICE_PARAMS, DTYPES, sorted(set(MIBS.values())), [THREADS]]
+    param_names, params = parameters(framework=FRAMEWORKS, device=DEVICE_PARAMS, dtype=DTYPES,
+                                     mib=sorted(set(MIBS.values())), threads=[THREADS])
     skip_params = _other_devices_sizes(params, MIBS)
 
     def setup(self, framework, device, dtype, mib, threads):

@@ -14,12 +14,13 @@ from mhabench.measure import timing
 from mhabench.measure.compile_time import compile_seconds
 
 from .common import (
-    DEVICE_PARAMS,
-    DTYPES,
+    CHAPTER,
+    FEW_HEADS,
     NEW_BACKENDS,
-    THREADS,
+    WHERE,
     config_of,
     grid,
+    parameters,
     skip_cells,
     unsupported_as_skip,
 )
@@ -28,14 +29,13 @@ COMPILING = [b for b in NEW_BACKENDS if b != "blockwise"]  # torch's; JAX: every
 
 
 class CompileTime:
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
-                   "threads"]
-    params = [["torch", "jax"],
-              grid(tiny=COMPILING[:1] + ["batched"], quick=COMPILING[:1] + ["batched"],
-                   full=COMPILING + ["loop", "batched", "fused", "reference", "blockwise"]),
-              [grid(tiny=2, quick=8, full=8)], [grid(tiny=32, quick=512, full=512)],
-              [grid(tiny=32, quick=256, full=256)],
-              grid(tiny=[4], quick=[8], full=[1, 8, 64]), DEVICE_PARAMS, DTYPES, [THREADS]]
+    # The chapter's shape, at batch 8 on the quick grid too (one compile a cell).
+    param_names, params = parameters(
+        framework=["torch", "jax"],
+        backend=grid(tiny=COMPILING[:1] + ["batched"], quick=COMPILING[:1] + ["batched"],
+                     full=COMPILING + ["loop", "batched", "fused", "reference", "blockwise"]),
+        batch=[grid(tiny=2, quick=8, full=8)], n=[CHAPTER.n], d=[CHAPTER.d], heads=FEW_HEADS,
+        **WHERE)
     # torch's eager backends compile nothing: only its compiling ones and every JAX one.
     skip_params = skip_cells(param_names, params, lambda c: c.framework == "jax"
                              or c.backend in COMPILING)

@@ -12,29 +12,30 @@ tiny and full measure it here too.
 
 from .common import (
     BACKENDS,
-    DEVICE_PARAMS,
-    DTYPES,
+    CHAPTER,
+    FEW_HEADS,
     FRAMEWORKS,
-    GRID,
     GRID_NEW_BACKENDS,
-    THREADS,
-    AttentionBenchmark,
+    NEW_BACKENDS,
+    WHERE,
     grid,
     newer_backends_where,
+    parameters,
 )
+from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 LENGTHS = grid(tiny=[8, 64], quick=[64, 1024], full=[64, 512, 4096])
 
 
-class SelfVsCross(AttentionBenchmark):
-    param_names = ["framework", "backend", "cross", "batch", "n", "m", "d", "heads", "device",
-                   "dtype", "threads"]
-    params = [FRAMEWORKS, grid(tiny=["batched"], quick=["batched", "fused"],
-                               full=BACKENDS) + grid(tiny=[], quick=GRID_NEW_BACKENDS,
-                                                     full=GRID_NEW_BACKENDS),
-              [False, True], [grid(tiny=2, quick=2, full=8)], LENGTHS, LENGTHS,
-              [grid(tiny=32, quick=256, full=256)], grid(tiny=[4], quick=[8], full=[1, 8, 64]),
-              DEVICE_PARAMS, DTYPES, [THREADS]]
+class SelfVsCross(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS,
+        backend=grid(tiny=["batched"], quick=["batched", "fused"], full=BACKENDS)
+        + grid(tiny=[], quick=GRID_NEW_BACKENDS, full=GRID_NEW_BACKENDS),
+        cross=[False, True], batch=[CHAPTER.batch], n=LENGTHS, m=LENGTHS, d=[CHAPTER.d],
+        heads=FEW_HEADS, **WHERE)
     keep = staticmethod(newer_backends_where(lambda c: c.cross and c.n < c.m))
-    records_memory = GRID != "quick"  # the quick grid's budget (module docstring)
-    keep_memory = staticmethod(newer_backends_where(lambda c: False))
+    # No memory process on the quick grid (its budget: module docstring); on tiny the
+    # chapter's backends and plug-ins (the newer ones' memory is the head sweep's).
+    keep_memory = staticmethod(grid(tiny=lambda c: c.backend not in NEW_BACKENDS,
+                                    quick=lambda c: False, full=lambda c: True))

@@ -13,7 +13,8 @@
 The framework layers have no cached-key/value step, so there is no ``reference`` here.
 """
 
-from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, GRID, THREADS, AttentionBenchmark, grid
+from .common import FRAMEWORKS, GRID, WHERE, grid, parameters
+from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 # The loop backend's decode is a Python loop over heads: full grid only, but for the KV
 # cache's time cells on the quick grid (below).
@@ -38,23 +39,21 @@ CROSS_SOURCE = grid(tiny=[16], quick=[1024], full=[128, 1024, 4096, 16384])
 PREFIX = grid(tiny=[16], quick=[512], full=[128, 1024, 4096])
 
 
-class KVCacheDecode(AttentionBenchmark):
-    param_names = ["framework", "backend", "mode", "batch", "n", "m", "d", "heads",
-                   "kv_heads", "device", "dtype", "threads"]
-    params = [FRAMEWORKS, KV_DECODE_BACKENDS, ["decode"], BATCH, [1], SOURCE, D, [HEADS],
-              KV_HEADS, DEVICE_PARAMS, DTYPES, [THREADS]]
+class KVCacheDecode(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=KV_DECODE_BACKENDS, mode=["decode"], batch=BATCH, n=[1],
+        m=SOURCE, d=D, heads=[HEADS], kv_heads=KV_HEADS, **WHERE)
     keep_memory = staticmethod(lambda c: GRID != "quick" or c.backend != "loop")
 
 
-class PrefixDecode(AttentionBenchmark):
-    param_names = KVCacheDecode.param_names
-    params = [FRAMEWORKS, DECODE_BACKENDS, ["prefix"], BATCH, [1], PREFIX, D, [HEADS],
-              grid(tiny=[HEADS], quick=[HEADS], full=KV_HEADS), DEVICE_PARAMS, DTYPES,
-              [THREADS]]
+class PrefixDecode(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=DECODE_BACKENDS, mode=["prefix"], batch=BATCH, n=[1],
+        m=PREFIX, d=D, heads=[HEADS], kv_heads=grid(tiny=[HEADS], quick=[HEADS], full=KV_HEADS),
+        **WHERE)
 
 
-class CrossDecodeSource(AttentionBenchmark):
-    param_names = ["framework", "backend", "mode", "cross", "batch", "n", "m", "d", "heads",
-                   "device", "dtype", "threads"]
-    params = [FRAMEWORKS, DECODE_BACKENDS, ["decode", "forward"], [True], BATCH, [1],
-              CROSS_SOURCE, D, [HEADS], DEVICE_PARAMS, DTYPES, [THREADS]]
+class CrossDecodeSource(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=DECODE_BACKENDS, mode=["decode", "forward"], cross=[True],
+        batch=BATCH, n=[1], m=CROSS_SOURCE, d=D, heads=[HEADS], **WHERE)

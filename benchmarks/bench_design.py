@@ -37,16 +37,15 @@ from mhabench.core.design import (
 
 from .common import (
     BACKENDS,
-    DEVICE_PARAMS,
-    DTYPES,
     FRAMEWORKS,
     GRID,
     NEW_BACKENDS,
-    THREADS,
-    AttentionBenchmark,
+    WHERE,
     grid,
+    parameters,
     skip_cells,
 )
+from .methods import DeviceTime, TimeStep
 
 DESIGN_BACKENDS = grid(tiny=["batched", "fused"], quick=[*BACKENDS, *NEW_BACKENDS],
                        full=[*BACKENDS, *NEW_BACKENDS])
@@ -116,22 +115,23 @@ def _design_class(prefix: str, index: int, point: dict[str, Any]) -> type:
                  or index == COMPILED_MASKED.get(prefix)
                  or c.backend == "flex" and index == FLEX_MASKED.get(prefix)))
 
-    names = ["framework", "backend", *SHAPE_FIELDS, "device", "dtype", "threads"]
-    rest = [*([point[k]] for k in SHAPE_FIELDS), DEVICE_PARAMS, DTYPES, [THREADS]]
+    rest = {**{k: [point[k]] for k in SHAPE_FIELDS}, **WHERE}
     # Only the backends some framework times here: every skipped cell of asv's product
     # still costs a fork (~35 ms; 376 of the quick grid's 784 design cells were skipped,
     # 82 are now).
-    skipped = set(skip_cells(names, [FRAMEWORKS, DESIGN_BACKENDS, *rest], keep))
+    skipped = set(skip_cells(*parameters(framework=FRAMEWORKS, backend=DESIGN_BACKENDS,
+                                         **rest), keep))
     timed = [b for b in DESIGN_BACKENDS if any(
-        cell not in skipped for cell in itertools.product(FRAMEWORKS, [b], *rest))]
-    return type(f"{prefix}{index:02d}", (AttentionBenchmark,), {
+        cell not in skipped for cell in itertools.product(FRAMEWORKS, [b], *rest.values()))]
+    names, params = parameters(framework=FRAMEWORKS, backend=timed, **rest)
+    # Time only (and the device's time on a GPU): no memory process, and the kernel is
+    # recorded by the sweeps' cells.
+    return type(f"{prefix}{index:02d}", (TimeStep, DeviceTime), {
         "__doc__": f"Calibration {prefix.lower()} point {index}: {shape}.",
         "__module__": __name__,
-        "records_kernel": False,  # the kernel is recorded by the sweeps' cells
-        "records_memory": False,  # time only: no memory process
         "keep": staticmethod(keep),
         "param_names": names,
-        "params": [FRAMEWORKS, timed, *rest],
+        "params": params,
     })
 
 

@@ -10,26 +10,25 @@ bench_decode measures at the same three group counts; tiny and full measure it h
 
 from .common import (
     BACKENDS,
-    DEVICE_PARAMS,
-    DTYPES,
+    CHAPTER,
     FRAMEWORKS,
-    GRID,
     GRID_NEW_BACKENDS,
-    THREADS,
-    AttentionBenchmark,
+    NEW_BACKENDS,
+    WHERE,
     grid,
     newer_backends_where,
+    parameters,
 )
+from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
-class MhaGqaMqa(AttentionBenchmark):
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "kv_heads", "device",
-                   "dtype", "threads"]
-    params = [FRAMEWORKS, BACKENDS + GRID_NEW_BACKENDS, [grid(tiny=2, quick=2, full=8)],
-              [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
-              [grid(tiny=4, quick=16, full=32)],
-              grid(tiny=[4, 1], quick=[16, 4, 1], full=[32, 8, 4, 1]),
-              DEVICE_PARAMS, DTYPES, [THREADS]]
+class MhaGqaMqa(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=BACKENDS + GRID_NEW_BACKENDS, **CHAPTER.axes(),
+        heads=[grid(tiny=4, quick=16, full=32)],
+        kv_heads=grid(tiny=[4, 1], quick=[16, 4, 1], full=[32, 8, 4, 1]), **WHERE)
     keep = staticmethod(newer_backends_where(lambda c: c.kv_heads not in (c.heads, 1)))
-    records_memory = GRID != "quick"  # the quick grid's budget (module docstring)
-    keep_memory = staticmethod(newer_backends_where(lambda c: False))
+    # No memory process on the quick grid (its budget: module docstring); on tiny the
+    # chapter's backends and plug-ins (the newer ones' memory is the head sweep's).
+    keep_memory = staticmethod(grid(tiny=lambda c: c.backend not in NEW_BACKENDS,
+                                    quick=lambda c: False, full=lambda c: True))

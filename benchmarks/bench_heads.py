@@ -11,26 +11,23 @@ tiny grid takes blockwise only). The report takes slowest/fastest over h per bac
 from mhabench.core.config import HEAD_SWEEP
 
 from .common import (
-    DEVICE_PARAMS,
-    DTYPES,
+    CHAPTER,
     FRAMEWORKS,
     GRID,
     NEW_BACKENDS,
     SWEEP_BACKENDS,
-    THREADS,
-    AttentionBenchmark,
+    WHERE,
     grid,
+    parameters,
 )
+from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
-class HeadsAtFixedWidth(AttentionBenchmark):
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
-                   "threads"]
+class HeadsAtFixedWidth(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=SWEEP_BACKENDS, **CHAPTER.axes(),
+        heads=grid(tiny=[1, 4, 16], quick=[1, 8, 64], full=list(HEAD_SWEEP)), **WHERE)
     # The RSS cross-check beside the live peak (the report's memory section), within the
     # quick grid's budget: the chapter's backends and plug-ins at h > 1; all on the full grid.
     keep_rss = staticmethod(lambda c: GRID == "full" or (c.backend not in NEW_BACKENDS
                                                          and c.heads > 1))
-    params = [FRAMEWORKS, SWEEP_BACKENDS, [grid(tiny=2, quick=2, full=8)],
-              [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
-              grid(tiny=[1, 4, 16], quick=[1, 8, 64], full=list(HEAD_SWEEP)),
-              DEVICE_PARAMS, DTYPES, [THREADS]]

@@ -10,15 +10,12 @@ them all, in float32 and bfloat16.
 
 from mhabench.core.backends import FORCED
 
-from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, THREADS, AttentionBenchmark, grid
+from .common import CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, grid, parameters
+from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
-class ForcedKernels(AttentionBenchmark):
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "kv_heads", "device",
-                   "dtype", "threads"]
-    params = [FRAMEWORKS, list(FORCED), [grid(tiny=2, quick=2, full=8)],
-              [grid(tiny=32, quick=512, full=512)], [grid(tiny=32, quick=256, full=256)],
-              grid(tiny=[4], quick=[8], full=[1, 8, 64]),
-              grid(tiny=[4, 2], quick=[8, 2], full=[8, 2]),
-              DEVICE_PARAMS, DTYPES, [THREADS]]
-    records_kernel = True  # the forced kernel must be the one that ran
+# KernelTrack: the forced kernel must be the one that ran.
+class ForcedKernels(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=list(FORCED), **CHAPTER.axes(), heads=FEW_HEADS,
+        kv_heads=grid(tiny=[4, 2], quick=[8, 2], full=[8, 2]), **WHERE)

@@ -4,46 +4,34 @@ Four or more points per curve, so the report can fit the n^2 d (scores, mixing) 
 (projections) terms of the 8nd^2 + 4n^2 d model and see the per-head overhead it leaves out.
 """
 
-from .common import (
-    BACKENDS,
-    DEVICE_PARAMS,
-    DTYPES,
-    FRAMEWORKS,
-    GRID,
-    THREADS,
-    AttentionBenchmark,
-    grid,
-)
+from .common import BACKENDS, CHAPTER, FEW_HEADS, FRAMEWORKS, GRID, WHERE, grid, parameters
+from .methods import DeviceTime, StepMemory, StepRss, TimeStep
 
 SCALING_BACKENDS = grid(tiny=["fused"], quick=["batched", "fused"], full=BACKENDS)
-HEADS = grid(tiny=[4], quick=[8], full=[1, 8, 64])
 BATCH = [grid(tiny=1, quick=2, full=8)]
 
 
-class ScalingInN(AttentionBenchmark):
+# No KernelTrack: n does not change which kernel runs; bench_heads records it.
+class ScalingInN(TimeStep, StepMemory, StepRss, DeviceTime):
     """Sequence length n (self-attention, m = n) at fixed width d."""
 
-    records_kernel = False  # n does not change which kernel runs; bench_heads records it
-
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
-                   "threads"]
-    params = [FRAMEWORKS, SCALING_BACKENDS, BATCH,
-              grid(tiny=[16, 32, 64], quick=[128, 256, 512, 1024],
-                   full=[128, 256, 512, 1024, 2048, 4096]),
-              [grid(tiny=32, quick=256, full=256)], HEADS, DEVICE_PARAMS, DTYPES, [THREADS]]
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=SCALING_BACKENDS, batch=BATCH,
+        n=grid(tiny=[16, 32, 64], quick=[128, 256, 512, 1024],
+               full=[128, 256, 512, 1024, 2048, 4096]),
+        d=[CHAPTER.d], heads=FEW_HEADS, **WHERE)
 
 
-class ScalingInD(AttentionBenchmark):
+# No KernelTrack: head widths d/h >= 16 here, the same kernel as bench_heads.
+class ScalingInD(TimeStep, StepMemory, StepRss, DeviceTime):
     """Width d at fixed sequence length n."""
 
-    records_kernel = False  # head widths d/h >= 16 here: the same kernel as bench_heads
+    param_names, params = parameters(
+        framework=FRAMEWORKS, backend=SCALING_BACKENDS, batch=BATCH,
+        n=[grid(tiny=32, quick=256, full=512)],
+        d=grid(tiny=[16, 32, 64], quick=[128, 256, 512, 1024],
+               full=[64, 128, 256, 512, 1024, 2048]),
+        heads=FEW_HEADS, **WHERE)
     # d changes no b*h*n*m term, the memory model's subject: ScalingInN and the head sweep
     # measure how memory grows on the quick grid (its budget); tiny and full also here.
-    records_memory = GRID != "quick"
-
-    param_names = ["framework", "backend", "batch", "n", "d", "heads", "device", "dtype",
-                   "threads"]
-    params = [FRAMEWORKS, SCALING_BACKENDS, BATCH, [grid(tiny=32, quick=256, full=512)],
-              grid(tiny=[16, 32, 64], quick=[128, 256, 512, 1024],
-                   full=[64, 128, 256, 512, 1024, 2048]),
-              HEADS, DEVICE_PARAMS, DTYPES, [THREADS]]
+    keep_memory = staticmethod(lambda c: GRID != "quick")

@@ -5,10 +5,15 @@
   (dedicated machines). ``grid(tiny=..., quick=..., full=...)`` returns the current one.
 - ``MHABENCH_DEVICES`` and ``MHABENCH_DTYPES`` (comma lists; defaults depend on the grid)
   and ``MHABENCH_THREADS`` (default 1) become the ``device``, ``dtype`` and ``threads``
-  parameters, so all three are recorded in the results.
+  parameters (:data:`WHERE`), so all three are recorded in the results.
+- :func:`parameters` builds a class's ``param_names`` and ``params`` from one ordered list
+  of axes, so the two cannot drift apart; :data:`CHAPTER` and :data:`FEW_HEADS` are the
+  shapes most classes sweep around.
 - :class:`AttentionBenchmark` turns a parameter cell into an ``AttentionConfig``, asks
   ``mhabench.measure.timing.prepare`` for the compiled, warmed-up, synchronising step and maps
   every "cannot run here" error to ``NotImplementedError`` (asv shows n/a, not failed).
+  What asv times or tracks of a class are the mixins its bases list (``benchmarks/methods.py``:
+  ``TimeStep``, ``StepMemory``, ``StepRss``, ``KernelTrack``, ``WarmL2``, ``DeviceTime``).
 
 Convention that makes results self-describing: the ``param_names`` of an attention class
 are ``AttentionConfig`` field names plus ``threads``, and every shape field (batch, n, d,
@@ -24,22 +29,16 @@ import itertools
 import os
 import sys
 import tempfile
+import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mhabench.core import backends
 from mhabench.core.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.core.config import DTYPES as ALL_DTYPES
-from mhabench.measure import (
-    allocator,
-    device_time,
-    gpu_state,
-    kernels,
-    machine_load,
-    memory,
-    timing,
-)
+from mhabench.measure import gpu_state, machine_load, timing
 
 GRIDS = ("tiny", "quick", "full")
 T = TypeVar("T")
@@ -71,18 +70,25 @@ def grid(*, tiny: T, quick: T, full: T) -> T:
     return {"tiny": tiny, "quick": quick, "full": full}[GRID]
 
 
-# Thread count before JAX touches a device (XLA sizes its pool from the CPU affinity).
-THREADS = timing.configure_process()
-
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
 # full has both; a GPU machine asks for MHABENCH_DEVICES=cuda (scripts/gpu-grid).
 DEVICE_PARAMS = list_from_env("MHABENCH_DEVICES", grid(tiny=["cpu"], quick=["cpu"],
                                                        full=list(DEVICES)), DEVICES)
+DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
+                                               full=list(ALL_DTYPES)), ALL_DTYPES)
 # cuda asked for on a machine with an NVIDIA driver: CUDA may start in the cells.
 _CUDA_HERE = "cuda" in DEVICE_PARAMS and os.path.exists("/dev/nvidiactl")
 
-# Import the frameworks once here: asv's forkserver then forks every cell from a process
-# that has them loaded. Importing jax does not start a device. MHABENCH_PREIMPORT names
+# ----- Side effects at import ----------------------------------------------------------------
+# asv's forkserver imports this module once and forks every cell from it, so what is set
+# up here is inherited by each cell instead of paid in each. There are four.
+
+# 1. Threads: torch's count and the CPU affinity XLA sizes its pool from, set before JAX
+#    touches a device (as MHABENCH_THREADS says; recorded as the ``threads`` parameter).
+THREADS = timing.configure_process()
+
+# 2. Pre-imports: a cell forked from a process that has the frameworks loaded starts in
+#    ~0.1 s instead of ~1.6 s. Importing jax does not start a device. MHABENCH_PREIMPORT names
 # what to import up front (default: both frameworks and, where CUDA cannot start, torch's
 # compiler machinery); a framework left out is imported by its first cell. torch.compile's
 # and FlexAttention's machinery ("compiler") otherwise imports on the first compile: 4 s of
@@ -109,9 +115,10 @@ if "torch" in sys.modules and "compiler" in PREIMPORT:
     for _module in ("torch._dynamo", "torch._inductor.compile_fx",
                     "torch.nn.attention.flex_attention"):
         __import__(_module)
+
+# 3. JAX's compilation cache on disk: each benchmark of a cell (time, memory, kernel) runs
+#    in its own process and compiles the same program (compile time is never timed here).
 if "jax" in sys.modules:
-    # Each benchmark of a cell (time, memory, kernel) runs in its own process and compiles
-    # the same program: keep compiled programs on disk (compile time is never timed here).
     import jax
 
     jax.config.update("jax_compilation_cache_dir", os.environ.get(
@@ -119,6 +126,13 @@ if "jax" in sys.modules:
         os.path.join(tempfile.gettempdir(), f"mhabench-jax-cache-{os.getuid()}")))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
+# 4. A memory cap (address space): the cost model's budget skips cells that would not fit;
+#    this is the net under it, so a cell that still runs out fails as that cell instead of
+#    the OOM killer taking the machine's work. Not where CUDA may start (it reserves far
+#    more address space than memory).
+MEMORY_LIMIT = None if _CUDA_HERE else timing.limit_address_space()
+
+# ----- Backends and shapes ---------------------------------------------------------------------
 FRAMEWORKS = ["torch", "jax"]
 # The chapter's four backends, then every plug-in registered from outside mhabench (entry
 # points, MHABENCH_BACKENDS); a plug-in's cells in a framework it does not run are skipped.
@@ -142,8 +156,35 @@ def newer_backends_where(where: Callable[[AttentionConfig], bool]
     return lambda c: GRID == "full" or c.backend not in NEW_BACKENDS or where(c)
 
 
-DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32"],
-                                               full=list(ALL_DTYPES)), ALL_DTYPES)
+@dataclass(frozen=True)
+class Shape:
+    """One batch, sequence length and width."""
+
+    batch: int
+    n: int
+    d: int
+
+    def axes(self) -> dict[str, list[int]]:
+        """Its three single-valued parameter axes, for :func:`parameters`."""
+        return {"batch": [self.batch], "n": [self.n], "d": [self.d]}
+
+
+# The chapter's shape (d = 256, n = 512, batch 8) on the full grid; the quick grid takes
+# batch 2 (its budget), the tiny grid a toy shape.
+CHAPTER = grid(tiny=Shape(batch=2, n=32, d=32), quick=Shape(batch=2, n=512, d=256),
+               full=Shape(batch=8, n=512, d=256))
+# The head counts of the classes that do not sweep h.
+FEW_HEADS = grid(tiny=[4], quick=[8], full=[1, 8, 64])
+# Where a cell runs, the last three parameters of every attention class.
+WHERE = {"device": DEVICE_PARAMS, "dtype": DTYPES, "threads": [THREADS]}
+
+
+def parameters(**axes: list[Any]) -> tuple[list[str], list[list[Any]]]:
+    """asv's ``param_names`` and ``params`` from one ordered mapping of name to values
+    (``param_names, params = parameters(framework=..., backend=..., **WHERE)``)."""
+    return list(axes), list(axes.values())
+
+
 # track_kernel: on the CPU-only quick grid the library's choice is fixed (flash, or math
 # with dropout; XLA) and a forced kernel cannot fall back (its build fails), so the quick
 # grid spends those 84 s of processes on samples; a GPU run and tiny/full record it.
@@ -152,12 +193,9 @@ DTYPES = list_from_env("MHABENCH_DTYPES", grid(tiny=["float32"], quick=["float32
 RECORD_KERNELS = (grid(tiny=True, quick="cuda" in DEVICE_PARAMS, full=True)
                   or os.environ.get("MHABENCH_KERNELS") == "1")
 WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
-# The cost model's budget skips cells that would not fit; this cap is the net under it: a
-# cell that still runs out fails as that cell. Not where CUDA may start (it reserves far
-# more address space than memory).
-MEMORY_LIMIT = None if _CUDA_HERE else timing.limit_address_space()
 
 
+# ----- Cells -------------------------------------------------------------------------------------
 def unsupported_as_skip(build: Callable[[], T]) -> T:
     """Run ``build``; a ValueError (UnavailableError included: no GPU, framework missing,
     over the memory budget, or a variant the backend lacks) becomes NotImplementedError,
@@ -215,58 +253,63 @@ class _Sampling:
     watching = False
 
 
-def _settle(*params: Any, cold: bool = True) -> None:
-    """A timing method's own setup, before every sample (asv runs it after the class's,
-    with the cell's parameters). Once per process: a prepared step's heap settles, as
-    ``timing.prepare(settle=True)`` has it for ``measure`` (the memory and kernel processes
-    skip it), the load window opens and, on a GPU, the watch on its clocks. Every sample:
-    ``timing.before_sample`` (a cold L2 on a GPU unless ``cold`` is False) and the GPU's
-    clock and throttle reasons, outside the clock."""
-    while _UNSETTLED:
-        allocator.warm_until_settled(_UNSETTLED.pop())
-    config = _Sampling.config
-    if config is not None and config.device == "cuda":
-        if not _Sampling.watching:
-            _Sampling.watch, _Sampling.watching = gpu_state.open_watch(), True
-        timing.before_sample(config, cold=cold)
-        if _Sampling.watch is not None:
-            _Sampling.watch.sample()
-    machine_load.start()  # what other processes take from here to the last sample
-
-
-def _settle_warm(*params: Any) -> None:
-    """``time_step_warm``'s setup: as ``time_step``'s, with the L2 left warm."""
-    _Sampling.method = "time_step_warm"
-    _settle(*params, cold=False)
-
-
 def _gpu_record() -> dict[str, Any]:
     """The ``gpu`` field of a CUDA cell's load record (n/a with the reason without NVML)."""
     watch = _Sampling.watch
     return {"gpu": watch.summary() if watch is not None else gpu_state.not_available()}
 
 
+# ----- Methods a class has on some of its cells ---------------------------------------------------
+def runs_on(cells: Callable[[Any, AttentionConfig], bool], *, when_none: bool = False
+            ) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Marks a mixin's asv method as run on the kept cells of a class that
+    ``cells(cls, config)`` takes: each class gets its own copy of the method, with the
+    other cells in its ``skip_params``. A class none of whose cells it takes has no such
+    method (asv starts a process even for a benchmark whose every cell it skips, ~0.6 s),
+    unless ``when_none``."""
+    def mark(method: Callable[..., T]) -> Callable[..., T]:
+        # Underscored: asv copies a method's other plain attributes into benchmarks.json.
+        method._runs_on, method._when_none = cells, when_none
+        return method
+
+    return mark
+
+
+class _Absent:
+    """Stands in for a mixin's method on a class that runs it on no cell: reading it raises
+    AttributeError, so ``hasattr`` is False and asv's discovery, which collects functions
+    only, leaves it out."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        raise AttributeError(f"{getattr(owner, '__name__', owner)} runs {self.name} on no cell")
+
+
+def _per_class(method: Callable[..., Any], skip: list[tuple[Any, ...]]) -> Callable[..., Any]:
+    """A copy of ``method`` (same code, so the same source for asv's version hash) with
+    this class's ``skip_params``."""
+    copy = types.FunctionType(method.__code__, method.__globals__, method.__name__,
+                              method.__defaults__, method.__closure__)
+    copy.__dict__.update(method.__dict__)
+    copy.__qualname__, copy.__module__ = method.__qualname__, method.__module__
+    copy.skip_params = skip
+    return copy
+
+
 class AttentionBenchmark(abc.ABC):
-    """Base of the timed classes: a subclass only sets ``param_names`` (config fields and
-    ``threads``) and ``params`` (abstract here, so asv does not collect the base itself).
+    """Base of the attention classes: a subclass sets ``param_names`` (config fields and
+    ``threads``) and ``params`` (abstract here, so asv collects neither this base nor a
+    mixin of ``benchmarks/methods.py``) and lists in its bases the mixins whose methods asv
+    runs on its cells. ``keep`` says which valid cells the class runs at all (the others
+    are in ``skip_params``, skipped before any setup); each mixin's method runs on the kept
+    cells it takes (its own ``skip_params``: :func:`runs_on`).
 
-    Each cell gets:
-
-    - ``time_step``: asv's clock around one synchronised step. asv re-runs ``setup``
-      before every sample, so setup is a cached lookup (build, compile and warm-up ran
-      once per process in ``timing.prepare``, and the heap settled in ``time_step``'s own
-      setup); ``warmup_time`` adds warm calls before the samples, and ``repeat`` asks for
-      enough samples for asv's Mann-Whitney test (``asv continuous``/``compare``) to call
-      a change significant (7 a side at least).
-    - after every sample, what other processes took from the machine
-      (``mhabench.measure.machine_load``), kept beside the results for the regression section.
-    - ``track_step_bytes``: the live peak of the step's own allocations
-      (``mhabench.measure.memory``), bytes, lower is better; CPU cells ``keep_rss`` takes
-      also get ``track_step_rss_bytes``, the RSS high-water reading, as a cross-check.
-    - ``track_kernel`` (fused and reference cells only): the attention kernel that ran, as
-      ``mhabench.core.kernels.KERNEL_CODES`` (a fused cell falling back to math reads as a rise).
-    - ``track_device_seconds`` (CUDA cells, when the grid asks for cuda): the device's busy
-      time per step (``mhabench.measure.device_time``); wall minus device is the host's share.
+    ``setup`` is a cached lookup (asv re-runs it before every sample): the build, compile
+    and warm-up ran once per process in ``timing.prepare``. ``teardown`` records, after
+    every sample of a time method, what other processes took from the machine
+    (``mhabench.measure.machine_load``), kept beside the results for the regression section.
 
     FLOPs, map bytes and seconds per GFLOP are pure functions of the config the parameters
     name, so the report computes them from ``time_step``.
@@ -283,26 +326,9 @@ class AttentionBenchmark(abc.ABC):
     # calls made directly after the settle did not. On the quick grid 0.03 s reads the
     # same medians as 0.1 s (0.99x over the head and GQA sweeps) and saves ~0.05 s a cell.
     warmup_time = grid(tiny=0.1, quick=0.03, full=1.0)
-    records_kernel = True  # False where the kernel cannot change along the class's grid
-    # Which kept cells of a class that records kernels get a track_kernel process (only
-    # library calls ever do: mhabench.measure.kernels.library_call).
-    keep_kernel: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
-    records_memory = True  # False: no track_step_bytes at all (a class timed for time only)
-    # False: no track_device_seconds process (the GPU peak classes: their steps are long
-    # enough that wall time is the device's; a process per cell is budget on a lent GPU)
-    records_device_time = True
-    # A cell also timed with the L2 left warm (``time_step_warm``), beside its cold
-    # ``time_step``: the reference for what the flush costs (None: no such method).
-    warm_reference: Callable[[AttentionConfig], bool] | None = None
     # Which valid cells a class runs (the rest are skipped before any setup): the newer
     # backends take only some cells of the GQA and cross classes on the quick grid.
     keep: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
-    # Which kept cells also get a memory process (track_step_bytes): all, unless a class
-    # narrows it (the newer backends' memory is in the Exercise 6.4 sweep on the quick grid).
-    keep_memory: Callable[[AttentionConfig], bool] = staticmethod(lambda config: True)
-    # Which CPU memory cells also get the RSS cross-check (track_step_rss_bytes), one more
-    # process each: on the full grid all; elsewhere a class opts in (the Exercise 6.4 sweep).
-    keep_rss: Callable[[AttentionConfig], bool] = staticmethod(lambda config: GRID == "full")
     timeout = grid(tiny=120, quick=300, full=900)
 
     @property
@@ -317,43 +343,23 @@ class AttentionBenchmark(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if isinstance(cls.__dict__.get("params"), list):
-            names, params = cls.__dict__["param_names"], cls.__dict__["params"]
-            cls.skip_params = skip_cells(names, params, cls.keep)
-
-            def memory_cell(c: AttentionConfig) -> bool:
-                # records_memory False: no memory process of either kind (nor the RSS one)
-                return cls.records_memory and cls.keep(c) and cls.keep_memory(c)
-
-            if cls.records_memory:  # none: no method (an all-skipped one still costs ~0.6 s)
-                cls.track_step_bytes = _track_memory_method(
-                    "track_step_bytes", memory.step_bytes, skip_cells(names, params,
-                                                                      memory_cell))
-            rss_skip = skip_cells(names, params, lambda c: memory_cell(c) and cls.keep_rss(c)
-                                  and c.device == "cpu")
-            if len(rss_skip) < len(list(itertools.product(*params))):  # none: no method
-                cls.track_step_rss_bytes = _track_memory_method(
-                    "track_step_rss_bytes", memory.rss_step_bytes, rss_skip)
-            # A per-class copy, so each class carries its own skip list; none where the grid
-            # records no kernels (a benchmark whose every cell is skipped still costs asv
-            # about 0.6 s).
-            if cls.records_kernel and RECORD_KERNELS:
-                cls.track_kernel = _track_kernel_method(skip_cells(
-                    names, params, lambda c: cls.keep(c) and cls.keep_kernel(c)
-                    and kernels.library_call(c)))
-            if cls.warm_reference is not None:
-                cls.time_step_warm = _warm_method(skip_cells(
-                    names, params, lambda c: cls.keep(c) and cls.warm_reference(c)))
-            if "cuda" in DEVICE_PARAMS and cls.records_device_time:  # not on a CPU grid
-                cls.track_device_seconds = _track_device_method(skip_cells(
-                    names, params, lambda c: cls.keep(c) and c.device == "cuda"))
+        if not isinstance(cls.__dict__.get("params"), list):
+            return  # a mixin or an abstract base: no cells
+        names, params = cls.__dict__["param_names"], cls.__dict__["params"]
+        cls.skip_params = skip_cells(names, params, cls.keep)
+        every = len(list(itertools.product(*params)))
+        marked = {name: method for base in reversed(cls.__mro__)  # the nearest base's wins
+                  for name, method in vars(base).items()
+                  if getattr(method, "_runs_on", None) is not None}
+        for name, method in marked.items():
+            skip = skip_cells(names, params, lambda c, m=method: cls.keep(c)
+                              and m._runs_on(cls, c))
+            setattr(cls, name, _per_class(method, skip)
+                    if len(skip) < every or method._when_none else _Absent(name))
 
     def setup(self, *params: Any) -> None:
         self.cfg, self.step = _prepared(tuple(self.param_names), params)
         _Sampling.config = self.cfg
-
-    def time_step(self, *params: Any) -> None:
-        self.step()
 
     def teardown(self, *params: Any) -> None:
         # After every sample (asv re-runs setup and teardown around each): the machine's
@@ -365,49 +371,3 @@ class AttentionBenchmark(abc.ABC):
         gpu = _gpu_record if config is not None and config.device == "cuda" else None
         machine_load.record(f"{module}.{type(self).__name__}.{_Sampling.method}", params,
                             gpu)
-
-    time_step.setup = _settle
-
-
-def _track_memory_method(name: str, read: Callable[[AttentionConfig, Callable[[], Any]], int],
-                         skip: list[tuple[Any, ...]]) -> Callable[..., int]:
-    """A ``track_`` method called ``name`` that returns ``read(config, step)``, bytes."""
-    def track(self: AttentionBenchmark, *params: Any) -> int:
-        try:
-            return read(self.cfg, self.step)
-        except ValueError as err:  # raised inside the benchmark: asv's in-body skip
-            from asv_runner.benchmarks.mark import SkipNotImplemented
-
-            raise SkipNotImplemented(str(err)) from err
-
-    track.__name__ = track.__qualname__ = name
-    track.unit = "bytes"
-    track.skip_params = skip
-    return track
-
-
-def _warm_method(skip: list[tuple[Any, ...]]) -> Callable[..., None]:
-    def time_step_warm(self: AttentionBenchmark, *params: Any) -> None:
-        self.step()
-
-    time_step_warm.setup = _settle_warm
-    time_step_warm.skip_params = skip
-    return time_step_warm
-
-
-def _track_device_method(skip: list[tuple[Any, ...]]) -> Callable[..., float]:
-    def track_device_seconds(self: AttentionBenchmark, *params: Any) -> float:
-        return device_time.device_seconds(self.cfg, self.step)
-
-    track_device_seconds.unit = "seconds"
-    track_device_seconds.skip_params = skip
-    return track_device_seconds
-
-
-def _track_kernel_method(skip: list[tuple[Any, ...]]) -> Callable[..., int]:
-    def track_kernel(self: AttentionBenchmark, *params: Any) -> int:
-        return kernels.KERNEL_CODES[kernels.detect_kernel(self.cfg, self.step)]
-
-    track_kernel.unit = "kernel code"
-    track_kernel.skip_params = skip
-    return track_kernel

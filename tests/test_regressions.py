@@ -15,6 +15,7 @@ import numpy as np
 from asv import _stats
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
+from mhabench.analysis.change_points import classify, fit_steps, z_score
 from mhabench.analysis.confirmations import Confirmation
 from mhabench.analysis.regressions import (
     History,
@@ -24,7 +25,6 @@ from mhabench.analysis.regressions import (
     regressions,
 )
 from mhabench.analysis.results import load_results
-from mhabench.analysis.steps import classify, fit_steps, z_score
 from mhabench.measure.machine_load import CellLoad
 from mhabench.report.build import build_report
 

@@ -16,7 +16,7 @@ from fixtures.synthetic_asv import BENCH, synthetic_time, write_results
 
 from mhabench.analysis.results import load_results
 from mhabench.core.backends import BUILTIN
-from mhabench.core.kernels import KERNEL_CODES, SCORE_TERMS
+from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS
 from mhabench.report.build import SECTION_IDS, build_report, write_report
 from mhabench.report.formatting import size_text
 from mhabench.report.html import MAX_OPEN_ROWS

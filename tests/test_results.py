@@ -116,23 +116,41 @@ def test_benchmark_missing_from_benchmarks_json_warns(results_dir: Path) -> None
     assert len(results.frame) == (full["benchmark"] != removed).sum()
 
 
-def test_nan_cells_warn_and_are_left_out(results_dir: Path) -> None:
+def test_a_failed_cell_warns_first_and_a_skipped_one_is_only_counted(results_dir: Path
+                                                                      ) -> None:
+    """asv writes NaN for a skipped cell (n/a by design: not in this grid, not supported)
+    and null for a failed one: both are left out of the frame and counted in ``missing``;
+    only the failed one is a warning, listed before the others."""
     path = result_files(results_dir)[0]
-    full = load_results(results_dir).frame
+    before = load_results(results_dir)
+    full = before.frame
     data = json.loads(path.read_text())
+
     def finite(values: list) -> list[int]:
         return [i for i, v in enumerate(values) if isinstance(v, float) and math.isfinite(v)]
 
     name = sorted(n for n in data["results"] if n in set(full["benchmark"])
                   and len(finite(data["results"][n][0])) >= 2)[0]
     values = data["results"][name][0]
-    spoiled = finite(values)[:2]
-    for i in spoiled:
-        values[i] = float("nan")
+    skipped, failed = finite(values)[:2]
+    values[skipped], values[failed] = float("nan"), None
+    data["results"]["no.such.benchmark"] = data["results"][name]  # one other warning
     path.write_text(json.dumps(data))  # json writes NaN, as asv does
     results = load_results(results_dir)
-    assert any(path.name in w and name in w and "no value" in w for w in results.warnings)
     assert len(results.frame) == len(full) - 2
+    new = [m for m in results.missing if m not in before.missing]
+    assert sorted(m[4] for m in new) == ["failed", "skipped"]
+    assert all(m[2] == name for m in new)
+    about = [w for w in results.warnings if path.name in w and name in w]
+    assert len(about) == 1 and "1 of" in about[0] and "failed" in about[0], about
+    assert results.warnings[0] == about[0]  # failures first
+    assert any("no.such.benchmark" in w for w in results.warnings[1:])
+
+    values[failed] = float("nan")  # both skipped: counted, no warning
+    path.write_text(json.dumps(data))
+    results = load_results(results_dir)
+    assert sum(m[2] == name and m[4] == "skipped" for m in results.missing) >= 2
+    assert not any(path.name in w and name in w for w in results.warnings)
 
 
 def test_missing_and_empty_folders_are_errors(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def verdict(dec: Decomposition, separable: bool,
             map_term: str = "map written and read") -> str:
     """One sentence: which cost explains the h-trend, or how much of it is unexplained.
     ``map_term`` names the b*h*n*m term for the sweep's kernel (traffic to a map it
-    writes, or per-score work where the map stays in tiles: core.kernels.SCORE_TERMS)."""
+    writes, or per-score work where the map stays in tiles: core.kernel_codes.SCORE_TERMS)."""
     worst = int(np.argmax(np.abs(dec.residuals)))
     fit = (f"R^2 {dec.r2:.2f} on the sweep, worst residual {100 * dec.residuals[worst]:+.0f}% "
            f"at h={dec.heads[worst]}")

@@ -17,7 +17,7 @@ Why each term is in: docs/report.md; the figures that put it in: CHANGELOG.md.
   blockwise scores whole tiles of keys, padding included (:func:`scored_keys`).
 - ``decode_scores``: a decode step's scores again (matrix-vector products, each cache row
   read once); ``spill``: the map past a cache size, where the kernel writes it
-  (:func:`mhabench.core.kernels.materialises`; tiled kernels never spill).
+  (:func:`mhabench.core.kernel_codes.materialises`; tiled kernels never spill).
 - ``kv``: the K/V elements a decode step reads, as its backend lays them out (the cache,
   or the h-wide copy of a backend that repeats K/V); other modes' K/V are fresh
   projections the FLOPs count. ``kv_copy``: the K/V it copies before the read, as often as

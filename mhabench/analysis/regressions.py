@@ -11,7 +11,7 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    backends timed nearest it) is set apart too: a VM slows for seconds at a time, and a
    run's cells with it in blocks.
 3. asv's step detection finds the upward steps of each cell's run-adjusted log values
-   (:mod:`mhabench.analysis.steps`). The noise they must beat is the cell's
+   (:mod:`mhabench.analysis.change_points`). The noise they must beat is the cell's
    commit-to-commit scatter: the samples of one commit come from one process and scatter
    far less than processes do, so a test on pooled samples (asv compare's Mann-Whitney)
    calls noise a change; four in five "confirmed" steps of a real history were noise that
@@ -22,7 +22,7 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    runs), or is noise.
 5. A change confined to one framework/backend moves all of its cells at one commit: the
    median of those cells (each its own process) is judged the same way, with the SD of a
-   median over that many cells (:mod:`mhabench.analysis.group_steps`), and each of its
+   median over that many cells (:mod:`mhabench.analysis.group_change_points`), and each of its
    cells that moved the same way takes the group's verdict. On the tiny grid, whose
    sub-millisecond cells scatter 10-25 % from process to process, only the group can tell
    a 1.5x step. The run effects of step 2 are then estimated again with the groups'
@@ -49,8 +49,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.change_points import classify, fit_steps, z_score
 from mhabench.analysis.confirmations import Confirmation
-from mhabench.analysis.group_steps import (
+from mhabench.analysis.group_change_points import (
     GroupStep,
     code_shift,
     group_members,
@@ -66,7 +67,6 @@ from mhabench.analysis.runs import (
     run_effects,
     runs,
 )
-from mhabench.analysis.steps import classify, fit_steps, z_score
 from mhabench.measure.machine_load import CellLoad
 
 TIME_KINDS = ("time",)

@@ -6,9 +6,11 @@ columns of each ``results[name]`` row; a row's values are a flat list in
 the results root gives each benchmark's ``param_names``; ``machine.json`` describes each
 machine. :func:`load_results` reads all of it (read only: nothing is ever written under
 the results folder) into one row per benchmark x parameter cell x commit x machine x
-environment. A damaged file, a benchmark missing from ``benchmarks.json`` or a cell
-without a value becomes a warning naming the file, and the rest still loads; only a
-missing or empty folder is an error.
+environment. A damaged file, a benchmark missing from ``benchmarks.json`` or a cell that
+failed becomes a warning naming the file (failed cells first), and the rest still loads;
+only a missing or empty folder is an error. A cell asv skipped (n/a: not in this grid,
+not supported, over the memory budget) is no warning: it is counted in
+``Results.missing`` with every failed one.
 """
 
 from __future__ import annotations
@@ -168,7 +170,8 @@ def _load_benchmarks(root: Path) -> dict[str, dict[str, Any]]:
 
 def _cell_rows(path: Path, root: Path, data: dict[str, Any],
                benchmarks: dict[str, dict[str, Any]], warnings: list[str],
-               missing: list[tuple[str, str, str, str, str]]) -> list[dict[str, Any]]:
+               missing: list[tuple[str, str, str, str, str]], failures: list[str]
+               ) -> list[dict[str, Any]]:
     rel = str(path.relative_to(root))
     header = {"machine": data.get("params", {}).get("machine") or path.parent.name,
               "commit": data["commit_hash"], "date": data.get("date"),
@@ -184,7 +187,7 @@ def _cell_rows(path: Path, root: Path, data: dict[str, Any],
             continue
         row = dict(zip(columns, values, strict=False))  # trailing Nones dropped
         rows.extend(_benchmark_rows(rel, name, row, benchmarks[name], header, warnings,
-                                    missing))
+                                    missing, failures))
     if unknown:
         warnings.append(f"{rel}: {len(unknown)} benchmark(s) not in benchmarks.json "
                         f"(removed from the suite?) skipped: {', '.join(sorted(unknown))}")
@@ -193,7 +196,10 @@ def _cell_rows(path: Path, root: Path, data: dict[str, Any],
 
 def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, Any],
                     header: dict[str, Any], warnings: list[str],
-                    lost: list[tuple[str, str, str, str, str]]) -> list[dict[str, Any]]:
+                    lost: list[tuple[str, str, str, str, str]], failures: list[str]
+                    ) -> list[dict[str, Any]]:
+    """The rows of one benchmark's cells in one results file. A cell without a value goes
+    to ``lost`` (skipped or failed); the failed ones also make a warning in ``failures``."""
     params = row.get("params") or []
     names = spec.get("param_names") or []
     result = row.get("result")
@@ -212,16 +218,17 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
                 f"{', '.join(unrecorded)}; AttentionConfig defaults assumed for them")
         if unrecorded and note not in warnings:
             warnings.append(note)
-    out, missing, invalid = [], [], []
+    out, failed, invalid = [], [], []
     for index, combo in enumerate(itertools.product(*params)):
         cell = dict(zip(names, (parse_param(v) for v in combo), strict=True))
         label = ", ".join(f"{k}={v}" for k, v in cell.items())
         if not _finite(result[index]):
-            missing.append(label or "(no params)")
             # asv stores NaN for a skipped cell (NotImplementedError: not in this grid, not
             # supported, over the memory budget) and null for one that failed
-            lost.append((header["machine"], header["commit"], name, label,
-                         "failed" if result[index] is None else "skipped"))
+            status = "failed" if result[index] is None else "skipped"
+            lost.append((header["machine"], header["commit"], name, label, status))
+            if status == "failed":
+                failed.append(label or "(no params)")
             continue
         try:
             config = config_from_cell(cell)
@@ -237,10 +244,10 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
             record.update(config.to_dict(), config_id=config.id, variant=config.variant,
                           **_cost_terms(config))
         out.append(record)
-    if missing:
-        warnings.append(f"{rel}: benchmark {name}: {len(missing)} of {expected} cells have no "
-                        f"value (failed, skipped or NaN), e.g. {'; '.join(missing[:3])}"
-                        + (" ..." if len(missing) > 3 else ""))
+    if failed:
+        failures.append(f"{rel}: benchmark {name}: {len(failed)} of {expected} cells failed "
+                        f"(no value), e.g. {'; '.join(failed[:3])}"
+                        + (" ..." if len(failed) > 3 else ""))
     if invalid:
         warnings.append(f"{rel}: benchmark {name}: {len(invalid)} cells are not valid configs; "
                         f"skipped: {'; '.join(invalid[:3])}")
@@ -297,6 +304,7 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
         machines = {k: v for k, v in machines.items() if k == machine}
     rows: list[dict[str, Any]] = []
     missing: list[tuple[str, str, str, str, str]] = []
+    failures: list[str] = []  # warnings of failed cells, listed first
     for path in files:
         data = _read_json(path, root, warnings)
         if data is None:
@@ -311,8 +319,8 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
         if isinstance(data.get("params"), dict) and (data.get("date") or 0) >= info.get(
                 "versions_date", 0):  # the newest environment's framework versions
             info.update(versions=data["params"], versions_date=data.get("date") or 0)
-        rows.extend(_cell_rows(path, root, data, benchmarks, warnings, missing))
-    return Results(root, _frame(rows), machines, benchmarks, warnings, missing)
+        rows.extend(_cell_rows(path, root, data, benchmarks, warnings, missing, failures))
+    return Results(root, _frame(rows), machines, benchmarks, failures + warnings, missing)
 
 
 def latest(frame: pd.DataFrame) -> pd.DataFrame:

@@ -30,7 +30,7 @@ def track_values(frame: pd.DataFrame, method: str) -> pd.Series:
 
 def kernel_name(code: float) -> str:
     """The kernel a ``track_kernel`` value names (``code 9`` for one this version lacks)."""
-    from mhabench.core.kernels import KERNEL_NAMES
+    from mhabench.core.kernel_codes import KERNEL_NAMES
 
     return KERNEL_NAMES.get(int(code), f"code {code:g}")
 
@@ -39,7 +39,7 @@ def kernel_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The attention kernel that ran in each fused/reference cell (newest track_kernel per
     machine and config), beside the one the config predicts and whether it writes the map.
     A fused cell that ran math is a fallback: it writes the map the call exists to avoid."""
-    from mhabench.core.kernels import KERNEL_NAMES, expected_kernel, materialises
+    from mhabench.core.kernel_codes import KERNEL_NAMES, expected_kernel, materialises
 
     columns = ["machine", "config_id", "framework", "backend", "device", "dtype", "heads",
                "kv_heads", "head_dim", "kernel", "expected", "writes map", "note"]
@@ -101,7 +101,7 @@ def step_memory_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Each cell's measured step memory (newest track_step_bytes) beside the cost model's
     working set and attention map for the kernel that ran (recorded, else predicted)."""
     from mhabench.core.cost import cost
-    from mhabench.core.kernels import expected_kernel
+    from mhabench.core.kernel_codes import expected_kernel
 
     columns = ["machine", "config_id", "framework", "backend", "device", "dtype", "mode",
                "batch", "n", "m", "d", "heads", "kv_heads", "kernel", "map elements",

@@ -40,15 +40,12 @@ def add_command(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from datetime import UTC, datetime
+def _steps(args: argparse.Namespace) -> tuple[list[Any], Any]:
+    """The steps to re-measure (``RECONSIDERED``, narrowed by ``--cell`` and ``--at``) and
+    the confirmations folder."""
     from pathlib import Path
 
-    from mhabench.analysis.confirmations import (
-        Confirmation,
-        load_confirmations,
-        save_confirmations,
-    )
+    from mhabench.analysis.confirmations import load_confirmations
     from mhabench.analysis.quick_speed import beside_results
     from mhabench.analysis.regressions import (
         TIME_KINDS,
@@ -56,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
         histories,
         regressions,
     )
-    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
     threshold = history_threshold(args, writes_confirmations=True)
     try:
@@ -75,6 +71,42 @@ def run(args: argparse.Namespace) -> int:
     steps = [s for s in verdicts.steps if s.verdict in RECONSIDERED
              and (only is None or only.search(s.history.asv_cell))
              and (args.at is None or s.commit.startswith(args.at))]
+    return steps, folder
+
+
+def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
+                  target: Any) -> list[Any]:
+    """Re-measure ``cells`` at ``before`` and ``after`` on ``machine``; one confirmation
+    per cell, each printed."""
+    from datetime import UTC, datetime
+
+    from mhabench.analysis.confirmations import Confirmation
+    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
+
+    rows = {row.cell: row for row in confirm(
+        before, after, cells, target, asv_args=["--machine", machine],
+        echo=lambda text: print(text, file=sys.stderr, flush=True))}
+    records = []
+    for cell in cells:
+        row = rows.get(cell)
+        verdict = "confirmed" if row is not None and row.mark == "+" else "cleared"
+        ratio = None if row is None else row.ratio
+        records.append(Confirmation(machine, cell, before, after, verdict, ratio,
+                                    CONFIRM_ROUNDS, FACTOR, datetime.now(UTC).isoformat(),
+                                    str(target)))
+        shown = "n/a" if ratio is None else f"{ratio:.2f}x"
+        print(f"{verdict.upper() if verdict == 'confirmed' else verdict:<9} {shown:>7}  "
+              f"{cell}", flush=True)
+    return records
+
+
+def run(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from mhabench.analysis.confirmations import save_confirmations
+    from mhabench.suite.gate import CONFIRM_ROUNDS
+
+    steps, folder = _steps(args)
     if not steps:
         print("mhabench confirm: no step to re-measure (candidates, steps that hold, steps on "
               "disturbed runs; those already re-measured are in "
@@ -93,20 +125,8 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("\n".join(f"  {c}" for c in cells))
             continue
-        target = folder / stamp / f"{index:02d}-{before[:8]}-{after[:8]}"
-        rows = {row.cell: row for row in confirm(
-            before, after, cells, target, asv_args=["--machine", machine],
-            echo=lambda text: print(text, file=sys.stderr, flush=True))}
-        for cell in cells:
-            row = rows.get(cell)
-            verdict = "confirmed" if row is not None and row.mark == "+" else "cleared"
-            ratio = None if row is None else row.ratio
-            records.append(Confirmation(machine, cell, before, after, verdict, ratio,
-                                        CONFIRM_ROUNDS, FACTOR, datetime.now(UTC).isoformat(),
-                                        str(target)))
-            shown = "n/a" if ratio is None else f"{ratio:.2f}x"
-            print(f"{verdict.upper() if verdict == 'confirmed' else verdict:<9} {shown:>7}  "
-                  f"{cell}", flush=True)
+        records += _confirm_pair(machine, before, after, cells,
+                                 folder / stamp / f"{index:02d}-{before[:8]}-{after[:8]}")
     if args.dry_run:
         return 0
     path = save_confirmations(folder / stamp, records)

@@ -62,7 +62,7 @@ def _threads(frame: Any, machine: str) -> int | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_args(args: argparse.Namespace) -> None:
     for name in ("sample", "rounds", "repeats"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name} {getattr(args, name)} is not allowed; it must be a "
@@ -76,16 +76,86 @@ def run(args: argparse.Namespace) -> int:
     if args.save is not None and Path(args.save).exists():
         raise CLIError(f"--save {args.save!r} already exists and is never overwritten; "
                        "choose a new file name")
-    from mhabench.analysis.quick_speed import SLOWDOWN
-    from mhabench.analysis.sampling import ANCHORS, MAX_GFLOP, anchor_cells, sample_configs
+
+
+def _say(message: str) -> None:
+    print(f"mhabench validate: {message}", file=sys.stderr, flush=True)
+
+
+def _machine_models(args: argparse.Namespace, frame: Any) -> tuple[Any, dict, str]:
+    """The grid's timing groups, and the time models of the machine this run compares
+    with (``--machine``, or the only one the results hold)."""
     from mhabench.analysis.timemodel import fit_models, groups
+
+    by_group = groups(frame)  # timing_cells once for the fit, draws and comparison
+    models = fit_models(frame, by_group)
+    machines = sorted({k[0] for k in models})
+    if not machines:
+        raise CLIError(f"no time model could be fitted from {args.results!r}: no group has "
+                       "enough timed attention cells")
+    machine = args.machine or machines[0]
+    if len(machines) > 1 and args.machine is None:
+        raise CLIError(f"results hold several machines ({', '.join(machines)}); choose the "
+                       "one this machine is with --machine")
+    return by_group, {k: m for k, m in models.items() if k[0] == machine}, machine
+
+
+def _at_quick_speed(frame: Any, configs: list, measured: dict, machine: str,
+                    reference: float | None) -> tuple[Any, dict, list[float]]:
+    """Where the grid's speed probes and these timings' allow it, the timings read at the
+    machine's quick speed, with the comparison as read (a model fitted on the grid as
+    read) beside; else the timings as read. Returns (as read or None, timings, the
+    moment's slowdowns)."""
+    from mhabench.analysis.quick_speed import SLOWDOWN
+    from mhabench.analysis.timemodel import fit_models, groups
+    from mhabench.analysis.validation import random_validation
+    from mhabench.measure import speed
+
+    slowdowns = [speed.slowdown(p, reference) for m in measured.values()
+                 for p in m.probes_s] if reference is not None else []
+    if not slowdowns:
+        if reference is None:
+            _say("the grid's load records hold no speed probes: timings compared as read")
+        return None, measured, slowdowns
+    raw = frame.drop(columns=SLOWDOWN)
+    raw_groups = groups(raw)
+    raw_models = {k: m for k, m in fit_models(raw, raw_groups).items() if k[0] == machine}
+    as_read = random_validation(raw, raw_models, configs, measured, raw_groups)
+    _say(f"read at the machine's quick speed: the grid's cells and these timings divided "
+         f"by the moment's slowdown (here median x{statistics.median(slowdowns):.2f}, up to "
+         f"x{max(slowdowns):.2f}; probe reference {reference * 1e6:.2f} us)")
+    return as_read, {c: m.at_quick_speed(reference) for c, m in measured.items()}, slowdowns
+
+
+def _print_text(payload: dict[str, Any], errors: Any, box: str, seed: int) -> None:
     from mhabench.analysis.validation import (
         PART_LABELS,
         anchored_line,
         as_read_line,
         common_scale_line,
-        machine_drift,
         part_line,
+    )
+
+    s = payload["summary"]
+    for r in errors.to_dict("records"):
+        mark = "  [extrapolated: " + r["extrapolation"] + "]" if r["extrapolated"] else ""
+        print(f"{r['config_id']}: measured {r['measured_s'] * 1e3:.3f} ms, predicted "
+              f"{r['predicted_s'] * 1e3:.3f} ms ({100 * r['signed_error']:+.0f}%){mark}")
+    print(f"sample drawn {box}, seed {seed}")
+    for part, label in PART_LABELS.items():
+        if s[part].get("cells"):
+            print(part_line(s[part], label))
+    print(anchored_line(s))
+    print(common_scale_line(s))
+    if payload.get("as_read"):
+        print(as_read_line(payload["as_read"]))
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_args(args)
+    from mhabench.analysis.sampling import ANCHORS, MAX_GFLOP, anchor_cells, sample_configs
+    from mhabench.analysis.validation import (
+        machine_drift,
         random_validation,
         save_validation,
         summary_dict,
@@ -96,21 +166,8 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.measure.machine_load import DISTURBED_CORES, Window
     from mhabench.measure.timing import check_runnable, configure_process
 
-    def say(message: str) -> None:
-        print(f"mhabench validate: {message}", file=sys.stderr, flush=True)
-
     results = load_results(args, "validate")
-    by_group = groups(results.frame)  # timing_cells once for the fit, draws and comparison
-    models = fit_models(results.frame, by_group)
-    machines = sorted({k[0] for k in models})
-    if not machines:
-        raise CLIError(f"no time model could be fitted from {args.results!r}: no group has "
-                       "enough timed attention cells")
-    machine = args.machine or machines[0]
-    if len(machines) > 1 and args.machine is None:
-        raise CLIError(f"results hold several machines ({', '.join(machines)}); choose the "
-                       "one this machine is with --machine")
-    models = {k: m for k, m in models.items() if k[0] == machine}
+    by_group, models, machine = _machine_models(args, results.frame)
     threads = args.threads if args.threads is not None else _threads(results.frame, machine)
     configure_process(threads)  # before JAX touches a device
     max_gflop = MAX_GFLOP if args.max_gflop is None else args.max_gflop
@@ -120,35 +177,24 @@ def run(args: argparse.Namespace) -> int:
     anchors = anchor_cells(by_group, [k for k, _ in configs],
                            ANCHORS if args.anchors is None else args.anchors, args.seed,
                            runnable=check_runnable)
-    say(f"{len(configs)} configs drawn {box} (seed {args.seed}), and {len(anchors)} grid "
-        f"cells to measure the machine's drift since the grid; timing them interleaved, "
-        f"{args.rounds} rounds x {args.repeats} calls")
+    _say(f"{len(configs)} configs drawn {box} (seed {args.seed}), and {len(anchors)} grid "
+         f"cells to measure the machine's drift since the grid; timing them interleaved, "
+         f"{args.rounds} rounds x {args.repeats} calls")
     reference = results.quick_probe_s.get(machine)  # the grid's quick speed, if probed
     window = Window.open()
     measured = measure_interleaved(
         [c for _, c in configs] + [c for c, _ in anchors],  # the sample holds no grid cell
         rounds=args.rounds, repeats=args.repeats,
-        warmup=args.warmup, threads=threads, progress=say,
-        on_error=lambda c, exc: say(f"skipped {c.id}: {exc}"),
+        warmup=args.warmup, threads=threads, progress=_say,
+        on_error=lambda c, exc: _say(f"skipped {c.id}: {exc}"),
         probe=speed.probe if reference is not None else None)
-    slowdowns = [speed.slowdown(p, reference) for m in measured.values()
-                 for p in m.probes_s] if reference is not None else []
-    as_read = None  # the same timings and a model fitted on the grid as read, beside
-    if slowdowns:
-        raw = results.frame.drop(columns=SLOWDOWN)
-        raw_groups = groups(raw)
-        raw_models = {k: m for k, m in fit_models(raw, raw_groups).items() if k[0] == machine}
-        as_read = random_validation(raw, raw_models, configs, measured, raw_groups)
-        measured = {c: m.at_quick_speed(reference) for c, m in measured.items()}
-        say(f"read at the machine's quick speed: the grid's cells and these timings divided "
-            f"by the moment's slowdown (here median x{statistics.median(slowdowns):.2f}, up to "
-            f"x{max(slowdowns):.2f}; probe reference {reference * 1e6:.2f} us)")
-    elif reference is None:
-        say("the grid's load records hold no speed probes: timings compared as read")
+    # the same timings and a model fitted on the grid as read, beside
+    as_read, measured, slowdowns = _at_quick_speed(results.frame, configs, measured, machine,
+                                                   reference)
     other = window.other_cores() if window is not None else None
     if other is not None and other >= DISTURBED_CORES:
-        say(f"warning: the machine was busy: other processes took {other:.2f} cores on "
-            "average while timing (they slow every config; rerun on a quiet machine)")
+        _say(f"warning: the machine was busy: other processes took {other:.2f} cores on "
+             "average while timing (they slow every config; rerun on a quiet machine)")
     errors = random_validation(results.frame, models, configs, measured, by_group)
     drift = machine_drift(anchors, measured)
     payload = validation_payload(errors, drift, machine=machine, results=str(args.results),
@@ -161,21 +207,9 @@ def run(args: argparse.Namespace) -> int:
                                  if slowdowns else None)
     if args.save is not None:
         save_validation(payload, args.save)
-        say(f"wrote {args.save}")
+        _say(f"wrote {args.save}")
     if args.json:
         print(json.dumps(payload, default=str))
         return 0
-    s = payload["summary"]
-    for r in errors.to_dict("records"):
-        mark = "  [extrapolated: " + r["extrapolation"] + "]" if r["extrapolated"] else ""
-        print(f"{r['config_id']}: measured {r['measured_s'] * 1e3:.3f} ms, predicted "
-              f"{r['predicted_s'] * 1e3:.3f} ms ({100 * r['signed_error']:+.0f}%){mark}")
-    print(f"sample drawn {box}, seed {args.seed}")
-    for part, label in PART_LABELS.items():
-        if s[part].get("cells"):
-            print(part_line(s[part], label))
-    print(anchored_line(s))
-    print(common_scale_line(s))
-    if payload.get("as_read"):
-        print(as_read_line(payload["as_read"]))
+    _print_text(payload, errors, box, args.seed)
     return 0

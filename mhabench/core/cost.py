@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 from mhabench.core import backends
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
-from mhabench.core.kernels import expected_kernel, materialises
+from mhabench.core.kernel_codes import expected_kernel, materialises
 
 # Elementwise passes over each attention-map element in a forward pass: scale,
 # max-subtract, exp, sum, normalise; masking adds one select. XLA's cost_analysis counts
@@ -141,9 +141,9 @@ def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
     """The model's terms for one step of ``config`` (forward, train = 3x forward, decode,
     prefix).
 
-    ``kernel`` is the attention kernel that ran (``mhabench.core.kernels``; recorded by the asv
-    suite); by default the one :func:`~mhabench.core.kernels.expected_kernel` predicts. It decides
-    whether the attention map counts as written to memory.
+    ``kernel`` is the attention kernel that ran (``mhabench.core.kernel_codes``; recorded by
+    the asv suite); by default the one :func:`~mhabench.core.kernel_codes.expected_kernel`
+    predicts. It decides whether the attention map counts as written to memory.
     """
     b, m, d, h = config.batch, config.m, config.d, config.heads
     n, keys, projected = step_lengths(config)

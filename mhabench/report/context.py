@@ -57,7 +57,7 @@ class Context:
         """Whether this backend's steps on ``machine`` write the attention map: the kernel
         most of its recorded cells ran, else the one its description predicts."""
         from mhabench.core.config import AttentionConfig
-        from mhabench.core.kernels import expected_kernel, materialises
+        from mhabench.core.kernel_codes import expected_kernel, materialises
 
         k = self.kernels if self.kernels is not None else pd.DataFrame()
         if len(k):
@@ -73,7 +73,7 @@ class Context:
 
     def score_term(self, machine: str, framework: str, backend: str, device: str) -> str:
         """What the time model's b*h*n*m term counts for this backend on ``machine``."""
-        from mhabench.core.kernels import SCORE_TERMS
+        from mhabench.core.kernel_codes import SCORE_TERMS
 
         return SCORE_TERMS[self.writes_map(machine, framework, backend, device)]
 

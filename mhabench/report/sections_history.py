@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
+from mhabench.analysis.change_points import GAMMA, Z_CANDIDATE, Z_HOLD
 from mhabench.analysis.regressions import (
     TIME_KINDS,
     VALUE_KINDS,
@@ -20,7 +21,6 @@ from mhabench.analysis.regressions import (
     histories,
     regressions,
 )
-from mhabench.analysis.steps import GAMMA, Z_CANDIDATE, Z_HOLD
 from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
 from mhabench.measure.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context

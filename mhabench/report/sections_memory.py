@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.tracks import kernel_table, step_memory_table, track_values
-from mhabench.core.kernels import KERNEL_CODES, SCORE_TERMS, score_term
+from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS, score_term
 from mhabench.report.context import Context
 from mhabench.report.formatting import size_text
 from mhabench.report.types import Plot, Section, Table

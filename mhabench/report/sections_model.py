@@ -7,7 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.decomposition import GOOD_R2, GOOD_RESIDUAL, decompose, verdict
+from mhabench.analysis.decomposition import (
+    GOOD_R2,
+    GOOD_RESIDUAL,
+    Decomposition,
+    decompose,
+    verdict,
+)
 from mhabench.analysis.quick_speed import BURSTY_P90, grid_steadiness
 from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
 from mhabench.analysis.timemodel import (
@@ -21,7 +27,7 @@ from mhabench.analysis.validation import (
     error_summary,
     leave_out,
 )
-from mhabench.core.kernels import SCORE_TERMS
+from mhabench.core.kernel_codes import SCORE_TERMS
 from mhabench.report.context import (
     Context,
     exercise_sweeps,
@@ -48,7 +54,27 @@ def term_labels(term: str) -> dict[str, str]:
     return {**FEATURE_LABELS, "map": f"{term} (b*h*n*m)", "spill": f"{term}, beyond cache"}
 
 
-def decomposition_section(ctx: Context) -> Section:
+def _sweep_plot(key: dict, group: pd.DataFrame, dec: Decomposition, term: str
+                ) -> tuple[tuple, Plot]:
+    """A sweep's model terms stacked against h, with its rank among the plots."""
+    x = group["heads"].astype(float).tolist()
+    labels = term_labels(term)
+    # only the terms this sweep has: a component zero at every h draws nothing
+    series = {labels[f]: (x, (1e3 * dec.terms[f]).tolist()) for f in FEATURES
+              if dec.terms[f].any()}
+    # the chapter's layout first, then kernels that keep the map in tiles
+    rank = (key["backend"] != "batched", key["dtype"] != "float32",
+            term == SCORE_TERMS[True], key["framework"], key["backend"])
+    return rank, Plot(
+        f"Model terms against h: {key['machine']} {key['framework']}/"
+        f"{key['backend']} {key['dtype']} {key['mode']}, {shape(key)} (R^2 "
+        f"{dec.r2:.2f})", "heads h", "time (ms)", series, style="stacked",
+        points={"measured": group["time_ms"].tolist()})
+
+
+def _decompositions(ctx: Context) -> tuple[list[dict], list[dict], list[tuple]]:
+    """Each head sweep with a fitted model, split into its terms: (one row per sweep, one
+    row per sweep and h, (machine, rank, plot) of the sweeps worth a plot)."""
     rows, residuals, candidates = [], [], []
     sweeps = head_sweeps(ctx.timings)
     exercise = {sweep_id(k) for k, _ in exercise_sweeps(sweeps)}
@@ -80,42 +106,24 @@ def decomposition_section(ctx: Context) -> Section:
             residuals.append({**names, "h": h, "measured (ms)": 1e3 * measured,
                               "model (ms)": 1e3 * predicted, "residual (%)": 100 * residual})
         if sweep_id(key) in exercise or (not exercise and len(candidates) < 2):
-            x = group["heads"].astype(float).tolist()
-            labels = term_labels(term)
-            # only the terms this sweep has: a component zero at every h draws nothing
-            series = {labels[f]: (x, (1e3 * dec.terms[f]).tolist()) for f in FEATURES
-                      if dec.terms[f].any()}
-            # the chapter's layout first, then kernels that keep the map in tiles
-            rank = (key["backend"] != "batched", key["dtype"] != "float32",
-                    term == SCORE_TERMS[True], key["framework"], key["backend"])
-            candidates.append((key["machine"], rank, Plot(
-                f"Model terms against h: {key['machine']} {key['framework']}/"
-                f"{key['backend']} {key['dtype']} {key['mode']}, {shape(key)} (R^2 "
-                f"{dec.r2:.2f})", "heads h", "time (ms)", series, style="stacked",
-                points={"measured": group["time_ms"].tolist()})))
-    if not rows:
-        return Section("", "", absent="No head sweep with a fitted time model in the results.")
-    table = pd.DataFrame(rows)
+            candidates.append((key["machine"], *_sweep_plot(key, group, dec, term)))
+    return rows, residuals, candidates
+
+
+def _decomposition_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """The Exercise 6.4 sweeps' rows (every sweep's where none is one), shares summed."""
     shown = table[table["Exercise 6.4 sweep"]] if table["Exercise 6.4 sweep"].any() else table
-    summary = shown.assign(**{
+    return shown.assign(**{
         "share b*h*n*m (%)": shown["share map (%)"] + shown["share spill (%)"],
         "share per head (%)": shown["share heads (%)"]})[
         ["machine", "framework", "backend", "dtype", "shape", "slowest/fastest",
          "R^2 on sweep", "good fit", "b*h*n*m term", "share b*h*n*m (%)",
          "share per head (%)", "trend unexplained (%)"]]
-    # every machine gets its share of the plots, each its most telling sweeps first
-    machines = sorted({m for m, _, _ in candidates})
-    share = max(2, MAX_DECOMPOSITION_PLOTS // max(1, len(machines)))
-    plots = [p for m in machines for _, _, p in sorted(
-        (c for c in candidates if c[0] == m), key=lambda c: c[1])[:share]]
-    section = Section("", "", plots=plots, tables=[
-        Table("summary", "The Exercise 6.4 sweeps split into the time model's terms (shares "
-              "only where the model fits the sweep)", summary),
-        Table("decomposition", "Each sweep's h-trend split into the time model's terms "
-              "(shares only where the model fits the sweep)", table, detail=True),
-        Table("residuals", "The model against each sweep's measurement at every h",
-              pd.DataFrame(residuals), detail=True)])
-    section.text.append(
+
+
+def _decomposition_method() -> list[str]:
+    """What the model's terms are, and when a share is named."""
+    return [
         "Time is fitted (per machine/framework/backend/device: non-negative least squares "
         "on relative residuals picks the terms, cache sizes and coefficients) as "
         "FLOPs x s/FLOP (training steps' FLOPs at a rate of their own, and FLOPs and "
@@ -137,20 +145,47 @@ def decomposition_section(ctx: Context) -> Section:
         "from the smallest to the largest h over the model's total change. Where the "
         "asv run recorded speed probes, each cell is fitted at the machine's quick speed: "
         "divided by the slowdown its probe read (the model predicts the machine in its "
-        "quick stretches; mhabench.analysis.quick_speed).")
-    section.text.append(
+        "quick stretches; mhabench.analysis.quick_speed).",
         f"A share is named only where the model fits the sweep itself: R^2 >= {GOOD_R2:g} on "
         f"the sweep and every h within {100 * GOOD_RESIDUAL:.0f}% of its measurement (one "
         "timing's run-to-run noise on shared machines is often 10-20%). Elsewhere the verdict "
         "says how much of the measured h-trend (t at the largest h minus t at the smallest) "
-        "the terms leave unexplained; the residuals table shows the fit at each h.")
+        "the terms leave unexplained; the residuals table shows the fit at each h."]
+
+
+def _decomposition_verdicts(table: pd.DataFrame) -> list[str]:
+    """One verdict per machine/framework/backend: its Exercise 6.4 sweep's, else its
+    steepest sweep's."""
+    lines = []
     several = table["machine"].nunique() > 1
     for (machine, fw, be), g in table.groupby(["machine", "framework", "backend"], sort=True):
         chapter = g[g["Exercise 6.4 sweep"]]
         g = chapter if len(chapter) else g  # the exercise's sweep, else the steepest one
         r = g.iloc[int(np.argmax(g["slowest/fastest"].to_numpy()))]
-        section.text.append(f"{fw}/{be}{f' on {machine}' if several else ''}: {r['verdict']} "
-                            f"(sweep ratio {r['slowest/fastest']:.2f}x, {r['shape']}).")
+        lines.append(f"{fw}/{be}{f' on {machine}' if several else ''}: {r['verdict']} "
+                     f"(sweep ratio {r['slowest/fastest']:.2f}x, {r['shape']}).")
+    return lines
+
+
+def decomposition_section(ctx: Context) -> Section:
+    rows, residuals, candidates = _decompositions(ctx)
+    if not rows:
+        return Section("", "", absent="No head sweep with a fitted time model in the results.")
+    table = pd.DataFrame(rows)
+    # every machine gets its share of the plots, each its most telling sweeps first
+    machines = sorted({m for m, _, _ in candidates})
+    share = max(2, MAX_DECOMPOSITION_PLOTS // max(1, len(machines)))
+    plots = [p for m in machines for _, _, p in sorted(
+        (c for c in candidates if c[0] == m), key=lambda c: c[1])[:share]]
+    section = Section("", "", plots=plots, tables=[
+        Table("summary", "The Exercise 6.4 sweeps split into the time model's terms (shares "
+              "only where the model fits the sweep)", _decomposition_summary(table)),
+        Table("decomposition", "Each sweep's h-trend split into the time model's terms "
+              "(shares only where the model fits the sweep)", table, detail=True),
+        Table("residuals", "The model against each sweep's measurement at every h",
+              pd.DataFrame(residuals), detail=True)])
+    section.text.extend(_decomposition_method())
+    section.text.extend(_decomposition_verdicts(table))
     return section
 
 

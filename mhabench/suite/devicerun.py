@@ -193,14 +193,10 @@ def show_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    repo = Path(args.repo).resolve()
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    devices = [d for d in args.devices.split(",") if d]
-    env = run_env(args, repo)
-    log = (out / LOG_FILE).open("a")
-    say = _sayer(log)
+def _preflight(args: argparse.Namespace, repo: Path, out: Path, devices: list[str],
+               env: dict[str, str], say) -> dict:
+    """The history asv needs (from the bundle where the tree has no ``.git``), then the
+    preflight's facts, said and kept in ``out/preflight.json``."""
     bundle_dir = Path(args.bundle) if Path(args.bundle).is_absolute() else repo / args.bundle
     try:
         git_env, note = prepare_history(repo, bundle_dir)
@@ -216,7 +212,13 @@ def run(args: argparse.Namespace) -> int:
     for line in machine.describe(facts):
         say(f"preflight: {line}")
     (out / "preflight.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
-    results_dir = repo / ".asv" / "results"
+    return facts
+
+
+def _register_machine(args: argparse.Namespace, repo: Path, env: dict[str, str],
+                      facts: dict, results_dir: Path) -> None:
+    """asv's machine entry and the machine's facts beside the results; the load records'
+    commit, environment name and folder in ``env``."""
     # asv's benchmark processes in an `existing` environment see neither ASV_COMMIT (set
     # only for a commit asv installed) nor ASV_CONF_DIR and ASV_ENV_NAME: the load records
     # (with the GPU state) get them here, under the results' commit and environment name.
@@ -225,16 +227,19 @@ def run(args: argparse.Namespace) -> int:
     env.update({"ASV_COMMIT": facts["commit"],
                 "ASV_ENV_NAME": get_env_name("existing", args.python, {}, {}),
                 "MHABENCH_LOAD_DIR": str(beside_results(results_dir, LOAD_FOLDER))})
-    name = args.machine
-    asv = [args.python, "-m", "asv"]
-    conf = ["--config", str(repo / args.config)]
-    done = subprocess.run([*asv, "machine", *conf, "--machine", name, "--yes"], cwd=repo,
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run([args.python, "-m", "asv", "machine", "--config",
+                           str(repo / args.config), "--machine", args.machine, "--yes"],
+                          cwd=repo, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise DeviceRunError(f"asv machine failed: {tail[0]}")
-    machine.write_facts(facts, results_dir, name)
+    machine.write_facts(facts, results_dir, args.machine)
 
+
+def _run_classes(args: argparse.Namespace, repo: Path, out: Path, env: dict[str, str],
+                 commit: str, results_dir: Path, log: TextIO, say) -> int:
+    """One ``asv run`` per planned unit of the selected classes while the budget lasts,
+    the results packed after each; 1 if a run failed or was left out, else 0."""
     classes = selected_classes(args, env, repo)
     start, history, status = time.monotonic(), [], 0
 
@@ -247,8 +252,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"gpu-grid: run {label}: {len(cells)} runs, about {estimate:.0f} s of "
             f"{left:.0f} s left")
         began = time.monotonic()
-        code = _run_logged([*asv, "run", *conf, f"--python={args.python}", "--machine",
-                            name, "--set-commit-hash", facts["commit"],
+        code = _run_logged([args.python, "-m", "asv", "run", "--config",
+                            str(repo / args.config), f"--python={args.python}", "--machine",
+                            args.machine, "--set-commit-hash", commit,
                             "--record-samples", "--append-samples", "--show-stderr",
                             *(arg for regex in regexes for arg in ("-b", regex))],
                            env, repo, log, timeout=max(left, 1.0))
@@ -265,13 +271,28 @@ def run(args: argparse.Namespace) -> int:
         status = 1
 
     schedule(classes, left, lambda: fit_costs(history), run_unit, skip)
-    values = count_values(results_dir, name, facts["commit"], devices)
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).resolve()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    devices = [d for d in args.devices.split(",") if d]
+    env = run_env(args, repo)
+    log = (out / LOG_FILE).open("a")
+    say = _sayer(log)
+    facts = _preflight(args, repo, out, devices, env, say)
+    results_dir = repo / ".asv" / "results"
+    _register_machine(args, repo, env, facts, results_dir)
+    status = _run_classes(args, repo, out, env, facts["commit"], results_dir, log, say)
+    values = count_values(results_dir, args.machine, facts["commit"], devices)
     if values == 0:
         raise DeviceRunError(f"no {'/'.join(devices)} cell has a value: every cell failed "
                              f"or was n/a (see {out / LOG_FILE})")
     say(f"gpu-grid: {values} timed cells on {'/'.join(devices)}; results in "
         f"{out / RESULTS_TARBALL} (exit status {status})")
-    say(summary(results_dir, name, facts["commit"]))
+    say(summary(results_dir, args.machine, facts["commit"]))
     return status
 
 

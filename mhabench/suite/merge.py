@@ -176,9 +176,96 @@ def _machine_difference(ours: dict, theirs: dict) -> str:
                      if ours.get(k) != theirs.get(k))
 
 
+def _renamed(root: Path, scratch: Path, src: Path, as_machine: str) -> Path:
+    """A copy of the results folder ``root`` with its one machine named ``as_machine``."""
+    copy = scratch / "renamed"
+    shutil.copytree(root, copy)
+    machines = [p for p in copy.iterdir() if p.is_dir()]
+    if len(machines) != 1:
+        raise MergeError(f"as_machine needs one machine in {str(src)!r}, found "
+                         f"{len(machines)}")
+    _rename_machine(machines[0], as_machine)
+    machines[0].rename(copy / as_machine)
+    return copy
+
+
+def _union_with(target: Path, path: Path) -> dict:
+    """``target``'s results file with ``path``'s cells added, where both are results
+    files of the same commit and environment; a MergeError for any other difference."""
+    if path.name == "machine.json":
+        differ = _machine_difference(json.loads(target.read_text()),
+                                     json.loads(path.read_text()))
+        raise MergeError(
+            f"{target} and {path} describe the machine differently ({differ}); "
+            "nothing was merged (import under another machine name, e.g. "
+            "--as-machine NAME)")
+    try:
+        ours_data, theirs_data = (json.loads(p.read_text()) for p in (target, path))
+        is_results = all("result_columns" in d for d in (ours_data, theirs_data))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        is_results = False
+    if not is_results:
+        raise MergeError(
+            f"{target} exists with other contents; nothing was merged (import "
+            "under another machine name, e.g. --as-machine NAME)")
+    return union_results(ours_data, theirs_data, str(target), str(path))
+
+
+def _file_plan(root: Path, dest: Path
+               ) -> tuple[list[tuple[Path, Path]], list[tuple[Path, dict]]]:
+    """What merging ``root`` into ``dest`` does to each file but ``benchmarks.json``:
+    (files to copy, results files to rewrite with the union of their cells); identical
+    files are left alone. Reads only."""
+    plan: list[tuple[Path, Path]] = []
+    unions: list[tuple[Path, dict]] = []
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or path.name == BENCHMARKS:
+            continue
+        target = dest / path.relative_to(root)
+        if not target.exists():
+            plan.append((path, target))
+        elif target.read_bytes() != path.read_bytes():
+            unions.append((target, _union_with(target, path)))
+    return plan, unions
+
+
+def _write(root: Path, dest: Path, plan: list[tuple[Path, Path]],
+           unions: list[tuple[Path, dict]], load_plan: list[tuple[Path, Path]]) -> list[str]:
+    """Carry out the plans: copies, unions, ``benchmarks.json``'s new entries and the load
+    records; one line per file added or extended."""
+    ours = dest / BENCHMARKS
+    theirs = json.loads((root / BENCHMARKS).read_text())
+    known = json.loads(ours.read_text()) if ours.is_file() else {}
+    added = {k: v for k, v in theirs.items() if k not in known}
+    done = []
+    for path, target in plan:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        done.append(f"added {target}")
+    for target, data in unions:  # written whole, then renamed over: never half a file
+        before = _count(json.loads(target.read_text()))
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(json.dumps(data))
+        partial.replace(target)
+        done.append(f"extended {target}: {_count(data) - before} cell(s) added, "
+                    f"{before} kept")
+    if added or not ours.is_file():
+        dest.mkdir(parents=True, exist_ok=True)
+        ours.write_text(json.dumps({**known, **added}, indent=4))
+        done.append(f"{ours}: {len(added)} benchmark(s) added, "
+                    f"{len(known)} kept")
+    for path, target in load_plan:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    if load_plan:
+        done.append(f"{beside_results(dest, LOAD)}: {len(load_plan)} load record(s) added")
+    return done
+
+
 def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> list[str]:
     """Merge the asv results in ``src`` into the results folder ``dest``; returns one line
-    per file added or extended."""
+    per file added or extended. Everything is planned (and checked) before anything is
+    written."""
     src, dest = Path(src), Path(dest)
     if not src.exists():
         raise MergeError(f"{str(src)!r} does not exist")
@@ -189,71 +276,9 @@ def merge(src: str | Path, dest: str | Path, as_machine: str | None = None) -> l
         # machine, and a renamed copy of the results has none beside it
         load_plan = _load_plan(root, dest)
         if as_machine is not None:
-            copy = scratch / "renamed"
-            shutil.copytree(root, copy)
-            machines = [p for p in copy.iterdir() if p.is_dir()]
-            if len(machines) != 1:
-                raise MergeError(f"as_machine needs one machine in {str(src)!r}, found "
-                                 f"{len(machines)}")
-            _rename_machine(machines[0], as_machine)
-            machines[0].rename(copy / as_machine)
-            root = copy
-        plan: list[tuple[Path, Path]] = []
-        unions: list[tuple[Path, dict]] = []
-        for path in sorted(root.rglob("*")):
-            if not path.is_file() or path.name == BENCHMARKS:
-                continue
-            target = dest / path.relative_to(root)
-            if target.exists():
-                if target.read_bytes() == path.read_bytes():
-                    continue
-                if path.name == "machine.json":
-                    differ = _machine_difference(json.loads(target.read_text()),
-                                                 json.loads(path.read_text()))
-                    raise MergeError(
-                        f"{target} and {path} describe the machine differently ({differ}); "
-                        "nothing was merged (import under another machine name, e.g. "
-                        "--as-machine NAME)")
-                try:
-                    ours_data, theirs_data = (json.loads(p.read_text()) for p in (target, path))
-                    is_results = all("result_columns" in d for d in (ours_data, theirs_data))
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    is_results = False
-                if not is_results:
-                    raise MergeError(
-                        f"{target} exists with other contents; nothing was merged (import "
-                        "under another machine name, e.g. --as-machine NAME)")
-                unions.append((target, union_results(ours_data, theirs_data, str(target),
-                                                     str(path))))
-                continue
-            plan.append((path, target))
-        ours = dest / BENCHMARKS
-        theirs = json.loads((root / BENCHMARKS).read_text())
-        known = json.loads(ours.read_text()) if ours.is_file() else {}
-        added = {k: v for k, v in theirs.items() if k not in known}
-        done = []
-        for path, target in plan:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            done.append(f"added {target}")
-        for target, data in unions:  # written whole, then renamed over: never half a file
-            before = _count(json.loads(target.read_text()))
-            partial = target.with_name(target.name + ".partial")
-            partial.write_text(json.dumps(data))
-            partial.replace(target)
-            done.append(f"extended {target}: {_count(data) - before} cell(s) added, "
-                        f"{before} kept")
-        if added or not ours.is_file():
-            dest.mkdir(parents=True, exist_ok=True)
-            ours.write_text(json.dumps({**known, **added}, indent=4))
-            done.append(f"{ours}: {len(added)} benchmark(s) added, "
-                        f"{len(known)} kept")
-        for path, target in load_plan:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        if load_plan:
-            done.append(f"{beside_results(dest, LOAD)}: {len(load_plan)} load record(s) added")
-    return done
+            root = _renamed(root, scratch, src, as_machine)
+        plan, unions = _file_plan(root, dest)
+        return _write(root, dest, plan, unions, load_plan)
 
 
 def _load_plan(root: Path, dest: Path) -> list[tuple[Path, Path]]:

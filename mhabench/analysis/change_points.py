@@ -1,5 +1,6 @@
-"""Finding and sizing the steps of one series of log values: asv's step detection, and
-each step's size over the noise it must beat.
+"""Finding and sizing the change points of one series of log values (level shifts; asv's
+step detection calls them steps, a word that elsewhere in mhabench means a timed call),
+and each one's size over the noise it must beat.
 
 - :func:`fit_steps`: asv's Potts solver (:func:`asv.step_detect.solve_potts_approx`), a new level
   costing :data:`GAMMA` noise SDs, and :func:`asv.step_detect.detect_regressions` at the

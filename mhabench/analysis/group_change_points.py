@@ -1,5 +1,5 @@
-"""Steps shared by the cells of one framework/backend: a change of code moves one
-backend's cells together at one commit, the machine moves every backend.
+"""Change points (level shifts) shared by the cells of one framework/backend: a change of
+code moves one backend's cells together at one commit, the machine moves every backend.
 
 - :func:`group_steps`: the steps of a backend's median cell, judged by the SD of a median
   over that many cells (each cell's value at a commit comes from its own process).
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mhabench.analysis.change_points import classify, fit_steps, median_se, z_score
 from mhabench.analysis.runs import MAD_TO_SD
-from mhabench.analysis.steps import classify, fit_steps, median_se, z_score
 
 MIN_GROUP_CELLS = 3  # a framework/backend with fewer cells is judged cell by cell only
 POLISH = 4  # median polish of the group's cells x commits (2-3 passes settle it)

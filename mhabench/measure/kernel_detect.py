@@ -1,6 +1,6 @@
 """Which attention kernel one call of a prepared step actually ran: torch's profiler op
 names, or a JAX step's compiled HLO. The static side (the codes asv tracks, the kernel a
-config is expected to run, whether a kernel writes the map) is :mod:`mhabench.core.kernels`,
+config is expected to run, whether a kernel writes the map) is :mod:`mhabench.core.kernel_codes`,
 whose names a benchmark reads from here too.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mhabench.core.config import AttentionConfig
-from mhabench.core.kernels import (  # noqa: F401 - re-exported beside detect_kernel
+from mhabench.core.kernel_codes import (  # noqa: F401 - re-exported beside detect_kernel
     KERNEL_CODES,
     KERNEL_NAMES,
     expected_kernel,
