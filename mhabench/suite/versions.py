@@ -295,7 +295,7 @@ class Comparison:
     def kernels_and_compile(self) -> None:
         """track_kernel of every timed cell, and the compile-time cells of its frameworks,
         once per side."""
-        from mhabench.core.kernels import KERNEL_NAMES
+        from mhabench.core.kernel_codes import KERNEL_NAMES
 
         kernel_cells = [c.replace(".time_step(", ".track_kernel(", 1) for c in self.cells
                         if ".time_step(" in c]
