@@ -36,9 +36,10 @@ EXAMPLES = ROOT / "examples"
 # run with the Slurm test (~390), the GPU rehearsal (~300), then ~120-180 each. The Makefile
 # turns off xdist's own order (most tests first, --no-loadscope-reorder), which started
 # the first two last: their ~400 s ran after the other workers had finished.
-LONGEST_FIRST = ("tiny-asv-run", "test_device_rehearsal.py", "test_attention.py",
-                 "test_asv_suite.py", "test_step_semantics.py", "test_report.py",
-                 "test_browser.py", "test_allocator.py", "test_report_findings.py")
+LONGEST_FIRST = ("tiny-asv-run", "test_versions.py", "test_device_rehearsal.py",
+                 "test_attention.py", "test_asv_suite.py", "test_step_semantics.py",
+                 "test_report.py", "test_browser.py", "test_allocator.py",
+                 "test_report_findings.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker turns the marks into node ids

@@ -218,9 +218,12 @@ class Comparison:
     def _rounds(self, stage: str, rounds: int, only: Sequence[str] | None) -> None:
         """``rounds`` rounds of fresh processes, half with base first, half with new first
         (ABAB... then BABA...); each process's samples become one median."""
-        benches = [cell_pattern(c) for c in only] if only is not None else self.benches
         for config, count in (("ab", (rounds + 1) // 2), ("ba", rounds // 2)):
-            if not count:
+            if config == "ba":  # a cell that failed on a side is a verdict already
+                only = [c for c in (only if only is not None else self.cells)
+                        if not self.cells[c].failed]
+            benches = [cell_pattern(c) for c in only] if only is not None else self.benches
+            if not count or not benches:
                 continue
             args = ["--interleave-rounds", "--record-samples", "--append-samples",
                     "-a", f"rounds={count}", "-a", f"repeat={SAMPLES}"]
