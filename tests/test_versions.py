@@ -162,13 +162,14 @@ def test_a_cell_failing_on_one_side_is_a_verdict(scratch) -> None:
     module = bad / "mysdpa_attention.py"
     module.write_text(module.read_text().replace(
         "    return torch.softmax(scores, dim=-1) @ v",
-        "    keep = torch.ones(scores.shape[-1], scores.shape[-2], dtype=torch.bool)\n"
+        "    keep = torch.ones(scores.shape[-1] + 1, scores.shape[-2], dtype=torch.bool)\n"
         "    return torch.softmax(scores.masked_fill(~keep, -1e6), dim=-1) @ v"))
     done = _versions(str(releases / "1.0"), str(bad), "-b", GQA.format(
         framework="torch", backend=NAME), cwd=repo, env=env, timeout=1200)
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if f"'{NAME}'" in line]
-    assert len(rows) == 1 and rows[0].startswith("failed on new"), done.stdout
+    assert len(rows) == 1 and rows[0].startswith("failed on new"), (
+        done.stdout + done.stderr[-3000:])
 
 
 @pytest.mark.slow
