@@ -51,8 +51,12 @@ def test_a_side_is_pins_and_local_packages(tmp_path: Path) -> None:
     # the same files give the same digest (the environment is reused); a change, another
     before = entry["env"][LOCAL_VAR]
     assert side_include(conf, side)["env"][LOCAL_VAR] == before
+    (package / "build").mkdir()  # a build's output in the folder: the same package
+    (package / "mysdpa_attention.egg-info").mkdir()
+    (package / "mysdpa_attention.egg-info" / "PKG-INFO").write_text("Name: x\n")
+    assert side_include(conf, parse_side("new", str(package)))["env"][LOCAL_VAR] == before
     (package / "mysdpa_attention.py").write_text("# changed\n")
-    assert side_include(conf, side)["env"][LOCAL_VAR] != before
+    assert side_include(conf, parse_side("new", str(package)))["env"][LOCAL_VAR] != before
 
 
 @pytest.mark.parametrize("text, message", [

@@ -51,6 +51,8 @@ class Side:
     text: str  # as the user wrote it
     pins: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     local: tuple[Path, ...] = ()  # wheels or project folders, absolute
+    # the local packages' digest, read once: a build writes into a project folder
+    digest: str = ""
 
     def describe(self) -> str:
         parts = [f"{name} {version}" for name, version in self.pins.items()]
@@ -77,7 +79,7 @@ def parse_side(label: str, text: str) -> Side:
             continue
         raise SideError(f"side {label}: {item!r} is neither NAME==VERSION nor an existing "
                         "wheel (.whl) or project folder (with pyproject.toml or setup.py)")
-    return Side(label, text, pins, tuple(local))
+    return Side(label, text, pins, tuple(local), local_digest(tuple(local)) if local else "")
 
 
 def index_versions(name: str) -> list[str] | None:
@@ -115,8 +117,9 @@ def local_digest(paths: tuple[Path, ...]) -> str:
     for path in paths:
         files = [path] if path.is_file() else sorted(
             p for p in path.rglob("*") if p.is_file()
-            and not skip & set(p.relative_to(path).parts)
-            and not p.name.endswith((".pyc", ".egg-info")))
+            and not any(part in skip or part.endswith(".egg-info")
+                        for part in p.relative_to(path).parts)
+            and not p.name.endswith(".pyc"))
         for f in files:
             h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
             h.update(f.read_bytes())
@@ -143,7 +146,7 @@ def side_include(conf: dict[str, Any], side: Side) -> dict[str, Any]:
     for name, version in side.pins.items():
         entry["req"][by_canonical.get(name, name)] = version
     if side.local:
-        entry["env"][LOCAL_VAR] = local_digest(side.local)
+        entry["env"][LOCAL_VAR] = side.digest or local_digest(side.local)
     entry["env_nobuild"][SIDE_VAR] = side.label
     return entry
 

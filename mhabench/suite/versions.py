@@ -198,8 +198,10 @@ class Comparison:
             self.env_names[side.label] = env.name
             code, log = self._run(side.label, ["--bench", "just-discover"])
             if code != 0 or not (self.results / "benchmarks.json").is_file():
-                errors = [line.strip() for line in log.splitlines()
-                          if "ERROR" in line or "error:" in line.lower()]
+                # pip's own reason first ("ERROR: ..."), else asv's last error
+                lines = [line.strip(" ·") for line in log.splitlines()]
+                errors = ([line for line in lines if line.startswith("ERROR:")]
+                          or [line for line in lines if "error" in line.lower()])
                 raise SideError(f"side {side.label} ({side.describe()}) failed to install: "
                                 + (errors[-1] if errors else log.strip()[-300:]))
             python = Path(env._path) / "bin" / "python"
