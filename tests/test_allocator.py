@@ -16,28 +16,8 @@ import pytest
 
 from mhabench.measure.allocator import minor_faults, retain_freed_memory, warm_until_settled
 
-PROBE = """
-import json, sys
-from mhabench.measure import timing
-from mhabench.measure.allocator import minor_faults
-from mhabench.core.config import AttentionConfig
-if sys.argv[2] == "retain":
-    from benchmarks.common import WARMUP  # configures the process at import, as asv runs it
-else:  # glibc's defaults: the same process set-up without the allocator options
-    import torch
-    torch.set_num_threads(1)
-    WARMUP = 1
-config = AttentionConfig(framework=sys.argv[1], backend="batched", batch=2, n=512, d=256,
-                         heads=16, kv_heads=4)
-step = timing.prepare(config, WARMUP)
-faults = []
-for _ in range(9):
-    before = minor_faults()
-    step()
-    faults.append(minor_faults() - before)
-print(json.dumps(faults))
-"""
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "tests", "probes", "step_faults.py")
 MAP_PAGES = 2 * 16 * 512 * 512 * 4 // 4096  # one float32 (b, h, n, m) map: 32 MiB
 
 
@@ -46,7 +26,7 @@ def faults_per_step(framework: str, mode: str) -> list[int]:
     # the cell's framework only, as mhabench gate imports for its cells: the allocator
     # options are set at import either way (5 s less a probe than both and the compiler)
     env = {**os.environ, "MHABENCH_THREADS": "1", "MHABENCH_PREIMPORT": framework}
-    done = subprocess.run([sys.executable, "-c", PROBE, framework, mode], capture_output=True,
+    done = subprocess.run([sys.executable, PROBE, framework, mode], capture_output=True,
                           text=True, timeout=300, check=True, env=env, cwd=ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

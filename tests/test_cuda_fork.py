@@ -16,29 +16,6 @@ import sys
 import pytest
 from conftest import ROOT, requires_cuda
 
-_FORKSERVER = """
-import os, sys
-from asv_runner.discovery import disc_benchmarks
-for _ in disc_benchmarks("benchmarks", ignore_import_errors=False):
-    pass  # the forkserver's preimport
-pid = os.fork()
-if pid == 0:
-    try:
-        import torch
-        assert float(torch.ones(4, device="cuda").sum()) == 4.0
-        import jax
-        import jax.numpy as jnp
-        gpu = jax.devices("gpu")[0]
-        assert float(jax.device_put(jnp.ones(4), gpu).sum()) == 4.0
-        print("forked cell: torch and jax ran on the GPU", flush=True)
-        os._exit(0)
-    except BaseException as err:  # noqa: BLE001 (report whatever stopped the cell)
-        print(f"forked cell failed: {err!r}", flush=True)
-        os._exit(1)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
 
 def _forkserver(preimport: str | None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MHABENCH_DEVICES": "cuda", "MHABENCH_DTYPES": "bfloat16",
@@ -46,8 +23,9 @@ def _forkserver(preimport: str | None) -> subprocess.CompletedProcess[str]:
     env.pop("MHABENCH_PREIMPORT", None)
     if preimport is not None:
         env["MHABENCH_PREIMPORT"] = preimport
-    return subprocess.run([sys.executable, "-c", _FORKSERVER], cwd=ROOT, env=env,
-                          text=True, capture_output=True, timeout=240)
+    probe = ROOT / "tests" / "probes" / "forked_gpu_cell.py"
+    return subprocess.run([sys.executable, str(probe)], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=240)
 
 
 @requires_cuda

@@ -239,31 +239,7 @@ def test_every_module_imports_in_one_fresh_interpreter() -> None:
 # libraries mhabench imports (torch, jax, pandas, ...) and no module of mhabench: what the
 # test is about (an mhabench module relying on another imported first) is the same as in a
 # fresh interpreter, without paying torch's and JAX's import again per module (80 s of CPU).
-ALONE = """
-import importlib, os, sys
-
-preload, names = sys.argv[1].split(","), sys.argv[2:]
-for name in preload:
-    try:
-        importlib.import_module(name)
-    except Exception:  # an optional one (a plug-in, a profiler): the child imports it
-        pass
-assert not [m for m in sys.modules if m.partition(".")[0] == "mhabench"], "preloaded mhabench"
-for name in names:
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            importlib.import_module(name)
-        except BaseException as exc:
-            print(f"  {name}: {type(exc).__name__}: {exc}", flush=True)
-            os._exit(1)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    if status:
-        print(f"FAILED {name} (exit status {status})", flush=True)
-print("checked", len(names))
-"""
+ALONE = str(ROOT / "tests" / "probes" / "import_alone.py")
 
 
 @pytest.mark.slow
@@ -273,7 +249,7 @@ def test_each_module_imports_alone_in_a_fresh_interpreter() -> None:
     names = importable()
     preload = {n for path in modules(ROOT / "mhabench").values() for n in outside_imports(path)
                if n.split(".")[0] not in sys.stdlib_module_names}
-    done = subprocess.run([sys.executable, "-c", ALONE, ",".join(sorted(preload)), *names],
+    done = subprocess.run([sys.executable, ALONE, ",".join(sorted(preload)), *names],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "FAILED" not in done.stdout, done.stdout[-3000:]
@@ -291,7 +267,7 @@ def test_the_alone_check_fails_on_a_module_that_needs_another_first(tmp_path: Pa
     together = subprocess.run([sys.executable, "-c", "import mhabench.a, mhabench.b"],
                               cwd=tmp_path, capture_output=True, text=True)
     assert together.returncode == 0, together.stderr
-    done = subprocess.run([sys.executable, "-c", ALONE, "numpy", "mhabench.a", "mhabench.b"],
+    done = subprocess.run([sys.executable, ALONE, "numpy", "mhabench.a", "mhabench.b"],
                           cwd=tmp_path, capture_output=True, text=True)
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert failed == ["FAILED mhabench.b (exit status 256)"], done.stdout

@@ -52,22 +52,7 @@ def test_the_record_is_written_after_the_last_sample_and_never_between(
     assert len(record["probe_s"]) == 2 and all(0 < p < 0.01 for p in record["probe_s"])
 
 
-BURN = """
-import os, sys, time
-if sys.argv[1] == "detach" and os.fork():  # the parent leaves: the burner is init's child
-    os._exit(0)
-if sys.argv[1] == "grandchild":
-    import subprocess
-    subprocess.run([sys.executable, "-c", sys.argv[2], "plain", sys.argv[2], sys.argv[3]])
-    sys.exit(0)
-end = time.process_time() + 1.0
-while time.process_time() < end:
-    pass
-with open(sys.argv[3] + ".tmp", "w") as fh:  # its pid, for the test to stop it by
-    fh.write(str(os.getpid()))
-os.replace(sys.argv[3] + ".tmp", sys.argv[3])
-time.sleep(30)
-"""
+BURN = str(Path(__file__).resolve().parent / "probes" / "cpu_burner.py")
 
 
 @pytest.mark.parametrize(("how", "counted"), [("plain", True), ("grandchild", True),
@@ -82,7 +67,7 @@ def test_own_cpu_holds_live_descendants_and_no_stranger(tmp_path: Path, how: str
 
     flag = tmp_path / "burnt"
     before = machine_load._family_cpu()
-    child = subprocess.Popen([sys.executable, "-c", BURN, how, BURN, str(flag)])
+    child = subprocess.Popen([sys.executable, BURN, how, str(flag)])
     try:
         end = time.monotonic() + 120
         while not flag.exists() and time.monotonic() < end:

@@ -92,26 +92,11 @@ def test_a_jax_step_reads_the_c_allocators_live_peak_compiled_or_not() -> None:
     assert 64 * MIB <= reading.bytes < 66 * MIB
 
 
-_PLUG = """
-    import ctypes
-    from mhabench.measure import allocator
-    assert allocator.retain_freed_memory()  # large blocks from the heap, never unmapped
-    libc = allocator._glibc_malloc()
-    def mapped(block):
-        return bool(ctypes.c_size_t.from_address(block - 8).value & 2)
-    hole, guard = libc.malloc(64 << 20), libc.malloc(1024)
-    libc.free(hole)  # a free 64 MiB chunk inside the heap
-    with allocator.fresh_large_blocks():
-        inside = libc.malloc(60 << 20)
-        print(mapped(inside))
-        libc.free(inside)
-    after = libc.malloc(60 << 20)
-    print(mapped(after))
-"""
+_PLUG = str(Path(__file__).resolve().parent / "probes" / "plugged_heap.py")
 
 
 def test_inside_fresh_large_blocks_a_free_heap_chunk_cannot_take_a_large_block() -> None:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_PLUG)], capture_output=True,
+    done = subprocess.run([sys.executable, _PLUG], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     # mapped fresh while plugged; from the heap's free chunk again once the policy is back

@@ -1,0 +1,31 @@
+"""Minor page faults of each of 9 timed calls of a GQA cell, printed as a JSON list.
+
+argv: FRAMEWORK MODE, MODE "retain" (the process set up as the asv suite sets up its
+processes, benchmarks.common at import) or "default" (glibc's defaults)."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.getcwd())  # the project root (the test's cwd), for `benchmarks`
+
+from mhabench.core.config import AttentionConfig  # noqa: E402
+from mhabench.measure import timing  # noqa: E402
+from mhabench.measure.allocator import minor_faults  # noqa: E402
+
+if sys.argv[2] == "retain":
+    from benchmarks.common import WARMUP  # configures the process at import, as asv runs it
+else:  # glibc's defaults: the same process set-up without the allocator options
+    import torch
+
+    torch.set_num_threads(1)
+    WARMUP = 1
+config = AttentionConfig(framework=sys.argv[1], backend="batched", batch=2, n=512, d=256,
+                         heads=16, kv_heads=4)
+step = timing.prepare(config, WARMUP)
+faults = []
+for _ in range(9):
+    before = minor_faults()
+    step()
+    faults.append(minor_faults() - before)
+print(json.dumps(faults))
