@@ -1,7 +1,7 @@
 """Freed memory stays in a timing process: a step reuses the memory the previous step
 freed instead of page-faulting on fresh pages (mhabench.measure.allocator). Counted in minor page
 faults, not time: each test runs a fresh interpreter, set up as the asv suite sets up its
-processes (benchmarks.common at import, prepare with its warm-up), and once without the
+processes (mhabench.suite.bench.common at import, prepare with its warm-up), and once without the
 allocator setting."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from mhabench.measure import timing
 from mhabench.measure.allocator import minor_faults
 from mhabench.core.config import AttentionConfig
 if sys.argv[2] == "retain":
-    from benchmarks.common import WARMUP  # configures the process at import, as asv runs it
+    # configures the process at import, as asv runs it
+    from mhabench.suite.bench.common import WARMUP
 else:  # glibc's defaults: the same process set-up without the allocator options
     import torch
     torch.set_num_threads(1)
