@@ -135,6 +135,22 @@ def user_backends(project: Project) -> list[backends.Backend]:
     return mine
 
 
+def checkout_backends(folder: Path) -> list[str]:
+    """Register the backends of the package checked out at ``folder`` (its pyproject's
+    ``mhabench.backends`` entry points), so that results of their cells load where the
+    package is not installed. Returns warnings (a declared backend that does not load);
+    nothing where the folder declares none."""
+    try:
+        project = read_project(Path(folder).resolve())
+    except InitError:
+        return []  # no plug-in's checkout: nothing to load
+    try:
+        user_backends(project)
+    except InitError as err:
+        return [str(err)]
+    return []
+
+
 def check_baselines(baselines: Sequence[str], frameworks: Sequence[str]) -> list[str]:
     """The built-in baselines, each one that some of ``frameworks`` has."""
     allowed = [b for b in backends.BUILTIN if any(b in backends.names(fw) for fw in frameworks)]
