@@ -208,7 +208,7 @@ def _steps_text(sections: dict[str, Section], machine: str, group: str) -> str:
                 and s.verdict in (*CONFIRMED_VERDICTS, "candidate")):
             at.setdefault(s.commit, []).append(s)
     if not at:
-        return f"no step of {group}'s cells over {len(facts['order'].commits)} commits"
+        return f"no step over {len(facts['order'].commits)} commits"
     order = facts["order"].commits
     return "; ".join(
         f"{statistics.median(s.ratio for s in steps):.2f}x at {commit[:8]} ({len(steps)} "
