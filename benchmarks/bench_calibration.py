@@ -8,8 +8,7 @@ size (mhabench.measure.calibration.MATMUL_SIZE, COPY_MIB); other size x device c
 import itertools
 
 from mhabench.measure import calibration
-
-from .common import (
+from mhabench.suite.bench.common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,

@@ -12,8 +12,7 @@ from typing import Any
 
 from mhabench.measure import timing
 from mhabench.measure.compile_time import compile_seconds
-
-from .common import (
+from mhabench.suite.bench.common import (
     CHAPTER,
     FEW_HEADS,
     NEW_BACKENDS,

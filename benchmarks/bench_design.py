@@ -34,8 +34,7 @@ from mhabench.core.design import (
     TRAIN_BOX,
     calibration_design,
 )
-
-from .common import (
+from mhabench.suite.bench.common import (
     BACKENDS,
     FRAMEWORKS,
     GRID,
@@ -45,7 +44,7 @@ from .common import (
     parameters,
     skip_cells,
 )
-from .methods import DeviceTime, TimeStep
+from mhabench.suite.bench.methods import DeviceTime, TimeStep
 
 DESIGN_BACKENDS = grid(tiny=["batched", "fused"], quick=[*BACKENDS, *NEW_BACKENDS],
                        full=[*BACKENDS, *NEW_BACKENDS])

@@ -19,9 +19,8 @@ call alone (a forced one cannot fall back).
 
 from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
-
-from .common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, WHERE, parameters
-from .methods import KernelTrack, TimeStep, WarmL2
+from mhabench.suite.bench.common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, WHERE, parameters
+from mhabench.suite.bench.methods import KernelTrack, TimeStep, WarmL2
 
 TOKENS = 16384  # batch x n of every prefill cell
 N = [512, 2048, 8192, 16384]

@@ -9,9 +9,8 @@ them all, in float32 and bfloat16.
 """
 
 from mhabench.core.backends import FORCED
-
-from .common import CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, grid, parameters
-from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.suite.bench.common import CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, grid, parameters
+from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
 # KernelTrack: the forced kernel must be the one that ran.

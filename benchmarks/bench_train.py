@@ -1,10 +1,9 @@
-"""A forward pass against forward + backward (one training step of the attention layer)."""
+"""A forward pass against forward + backward (one training step of the layer).
 
-from .common import BACKENDS, CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, parameters
-from .methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+The classes live in ``mhabench.suite.bench.train``, which a user's suite (``mhabench init``)
+reuses; exported here, asv names them ``bench_train.<Class>``."""
 
+from mhabench.suite.bench import train
+from mhabench.suite.bench.reuse import export
 
-class ForwardVsTrain(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
-    param_names, params = parameters(
-        framework=FRAMEWORKS, backend=BACKENDS, mode=["forward", "train"], **CHAPTER.axes(),
-        heads=FEW_HEADS, **WHERE)
+ForwardVsTrain = export(train.ForwardVsTrain, __name__)

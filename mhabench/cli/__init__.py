@@ -1,5 +1,5 @@
 """The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
-profile, gate, versions, shard, merge.
+profile, gate, versions, init, shard, merge.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -19,6 +19,7 @@ from mhabench.cli import (
     confirm,
     cost,
     gate,
+    init,
     merge,
     predict,
     profile,
@@ -32,7 +33,7 @@ from mhabench.cli.common import CLIError, Parser
 
 # --help lists them in this order
 COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, versions,
-            shard, merge)
+            init, shard, merge)
 
 
 def build_parser() -> Parser:

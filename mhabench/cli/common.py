@@ -97,7 +97,11 @@ def load_results(args: argparse.Namespace, command: str) -> Any:
     from mhabench.analysis.results import load_results as load
     from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
     from mhabench.measure.machine_load import read_records
+    from mhabench.suite.own_repo import checkout_backends
 
+    # A plug-in's own checkout (mhabench init): its backends name cells of the results.
+    for warning in checkout_backends(Path(getattr(args, "repo", None) or ".")):
+        print(f"mhabench {command}: warning: {warning}", file=sys.stderr)
     results = load(args.results, machine=args.machine)
     results.loads = read_records(getattr(args, "load", None)
                                  or beside_results(results.root, LOAD_FOLDER))

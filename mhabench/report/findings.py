@@ -4,6 +4,9 @@ the section that holds that evidence. It is built last and shown first."""
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import Counter
 from collections.abc import Callable
 
 import pandas as pd
@@ -11,16 +14,18 @@ import pandas as pd
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
 from mhabench.analysis.versions import finding
+from mhabench.core.backends import BUILTIN
 from mhabench.core.cost import TRAIN_FACTOR
-from mhabench.report.context import Context
+from mhabench.report.context import CONFIG_KEY, Context
 from mhabench.report.palette import FRAMEWORK_NAMES
 from mhabench.report.sections_compare import best_backends
 from mhabench.report.types import Finding, Section
 
 Answer = Callable[[Context, dict[str, Section], str], str | None]
 NOT_MEASURED = "not measured"
-# Questions only some runs ask (a versions comparison): left out where nothing answers them.
-ONLY_WHEN_MEASURED = frozenset({"versions"})
+# A plug-in's cells against at most this many built-in backends of its framework, the
+# framework's fused call first (the baseline mhabench init picks).
+BASELINES_SHOWN = 3
 
 
 def _table(sections: dict[str, Section], sid: str, name: str, machine: str,
@@ -191,6 +196,62 @@ def regressions(ctx: Context, sections: dict[str, Section], machine: str) -> str
     return text + "."
 
 
+def _steps_text(sections: dict[str, Section], machine: str, group: str) -> str:
+    """The steps of one framework/backend's cells that stand or are candidates, by commit:
+    "1.50x at 1a2b3c4d (9 cells: 8 holds, 1 candidate)", or that there is none."""
+    facts = sections["regressions"].facts if "regressions" in sections else {}
+    if "verdicts" not in facts:
+        return "one commit measured, no history yet"
+    at: dict[str, list] = {}
+    for s in facts["verdicts"].listed():
+        if (s.history.machine == machine and s.history.group == group
+                and s.verdict in (*CONFIRMED_VERDICTS, "candidate")):
+            at.setdefault(s.commit, []).append(s)
+    if not at:
+        return f"no step over {len(facts['order'].commits)} commits"
+    order = facts["order"].commits
+    return "; ".join(
+        f"{statistics.median(s.ratio for s in steps):.2f}x at {commit[:8]} ({len(steps)} "
+        f"cells: " + ", ".join(f"{n} {v}" for v, n in Counter(
+            s.verdict for s in steps).most_common()) + ")"
+        for commit, steps in sorted(at.items(), key=lambda kv: order.index(kv[0])
+                                    if kv[0] in order else len(order)))
+
+
+def own_backends(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
+    """Each plug-in backend (a registered backend that is no built-in) against the built-in
+    backends timed at the same cells, and its steps across commits and theirs."""
+    t = ctx.timings
+    t = t[t["machine"] == machine] if len(t) else t
+    mine = sorted({(fw, b) for fw, b in zip(t["framework"], t["backend"], strict=True)
+                   if b not in BUILTIN}) if len(t) else []
+    key = [c for c in CONFIG_KEY if c not in ("machine", "backend")]
+    parts = []
+    for fw, backend in mine:
+        own = t[(t["framework"] == fw) & (t["backend"] == backend)]
+        others = sorted({b for b in t.loc[t["framework"] == fw, "backend"] if b in BUILTIN},
+                        key=lambda b: (b != "fused", BUILTIN.index(b)))
+        against = []
+        for base in others:
+            pairs = own.merge(t[(t["framework"] == fw) & (t["backend"] == base)], on=key,
+                              suffixes=("", "_base"))
+            if len(against) == BASELINES_SHOWN or pairs.empty:
+                continue
+            ratios = (pairs["value"] / pairs["value_base"]).tolist()
+            mean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+            against.append((base, f"{_fw(fw)} {base}: {mean:.2f}x its time ({len(ratios)} "
+                                  f"cells, {min(ratios):.2f}-{max(ratios):.2f}x)"))
+        newest = sorted(set(own["commit"])) if "commit" in own.columns else []
+        text = f"{backend} ({_fw(fw)})" + (f" at {newest[0][:8]}" if len(newest) == 1 else "")
+        text += (" against " + "; ".join(a for _, a in against) if against
+                 else ": no built-in backend timed at its cells")
+        text += f". Regressions: {_steps_text(sections, machine, f'{fw}/{backend}')}"
+        for base, _ in against:
+            text += f"; baseline {_fw(fw)} {base}: {_steps_text(sections, machine, f'{fw}/{base}')}"
+        parts.append(text + ".")
+    return " ".join(parts) or None
+
+
 def versions(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
     summary = sections["versions"].facts.get("summary")
     return None if summary is None else finding(summary)
@@ -262,11 +323,17 @@ QUESTIONS: tuple[tuple[str, str, Answer], ...] = (
     ("Forward vs forward + backward", "forward-backward", training),
     ("Time model accuracy", "time-model", accuracy),
     ("Regressions since the previous commit", "regressions", regressions),
+    ("Your backends against the baselines", "regressions", own_backends),
     ("Did the other dependency set slow a cell?", "versions", versions),
     ("GPU kernels against the peak (16k tokens, width 128)", "gpu-peak", gpu_peak),
     ("Kernel fallbacks", "kernels", fallbacks),
     ("Cells skipped or failed", "warnings", missing),
 )
+
+
+# Questions only some runs ask (a versions comparison, plug-in backends): left out where
+# nothing answers them.
+ONLY_WHEN_MEASURED = frozenset({versions, own_backends})
 
 
 def machine_label(ctx: Context, machine: str) -> str:
@@ -290,7 +357,7 @@ def findings_section(ctx: Context, sections: dict[str, Section]) -> Section:
         answers = {}
         for machine in machines:
             answers[machine_label(ctx, machine)] = answer(ctx, sections, machine) or NOT_MEASURED
-        if target in ONLY_WHEN_MEASURED and set(answers.values()) == {NOT_MEASURED}:
+        if answer in ONLY_WHEN_MEASURED and set(answers.values()) == {NOT_MEASURED}:
             continue
         out.append(Finding(question, target, answers))
     return Section("", "", findings=out)

@@ -138,7 +138,7 @@ def _continuous(config: Path, options: Sequence[str], factor: float,
     cmd += [base, head]
     echo("$ " + " ".join(cmd))
     # Each round starts asv's forkserver for a few cells: import up front only the
-    # frameworks the cells name, no compiler (benchmarks/common.py): 3-6 s a start.
+    # frameworks the cells name, no compiler (suite/bench/common.py): 3-6 s a start.
     env = {**os.environ, "MHABENCH_PREIMPORT": ",".join(preimport(benches))}
     # The rounds' machine-load records go beside their own config (machine_load's default),
     # never into a history's MHABENCH_LOAD_DIR: they are keyed by commit and cell, so a

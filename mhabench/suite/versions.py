@@ -66,7 +66,7 @@ FACTOR = 1.05  # a confirmed change: interval clears 1.0 and the ratio passes th
 # Samples per process, exactly: asv appends a round's samples to the side's earlier ones,
 # so a fixed count is what tells the processes apart in its results.
 SAMPLES = 5
-KERNEL_VAR = "MHABENCH_KERNELS"  # benchmarks/common.py records track_kernel when set
+KERNEL_VAR = "MHABENCH_KERNELS"  # suite.bench.common records track_kernel when set
 COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
 
 

@@ -1,20 +1,17 @@
 """Minor page faults of each of 9 timed calls of a GQA cell, printed as a JSON list.
 
 argv: FRAMEWORK MODE, MODE "retain" (the process set up as the asv suite sets up its
-processes, benchmarks.common at import) or "default" (glibc's defaults)."""
+processes, mhabench.suite.bench.common at import) or "default" (glibc's defaults)."""
 
 import json
-import os
 import sys
 
-sys.path.insert(0, os.getcwd())  # the project root (the test's cwd), for `benchmarks`
+from mhabench.core.config import AttentionConfig
+from mhabench.measure import timing
+from mhabench.measure.allocator import minor_faults
 
-from mhabench.core.config import AttentionConfig  # noqa: E402
-from mhabench.measure import timing  # noqa: E402
-from mhabench.measure.allocator import minor_faults  # noqa: E402
-
-if sys.argv[2] == "retain":
-    from benchmarks.common import WARMUP  # configures the process at import, as asv runs it
+if sys.argv[2] == "retain":  # the module configures the process at import, as asv runs it
+    from mhabench.suite.bench.common import WARMUP
 else:  # glibc's defaults: the same process set-up without the allocator options
     import torch
 

@@ -47,9 +47,9 @@ def compare(name: str, index: int, rounds: int) -> dict:
     """Alternate asv_runner's run of one cell and ``measure`` of its config."""
     from asv_runner.discovery import get_benchmark_from_name
 
-    from benchmarks.common import WARMUP
     from mhabench.measure.speed import probe, slowdown
     from mhabench.measure.timing import measure
+    from mhabench.suite.bench.common import WARMUP
 
     # (samples, probe before, probe after) of each side, each round
     asv_runs: list[tuple[list[float], float, float]] = []
@@ -99,7 +99,7 @@ def compare(name: str, index: int, rounds: int) -> dict:
 
 
 def _config_of(bench) -> object:
-    from benchmarks.common import config_of
+    from mhabench.suite.bench.common import config_of
 
     return config_of(bench.param_names, bench._current_params)
 

@@ -64,6 +64,13 @@ def write_release(folder: Path, version: str, written_out: bool) -> Path:
     folder.mkdir(parents=True)
     (folder / "pyproject.toml").write_text(PYPROJECT.format(version=version, name=NAME,
                                                             module=MODULE))
-    (folder / f"{MODULE}.py").write_text(MODULE_TEXT.format(
-        version=version, name=NAME, body=WRITTEN_OUT if written_out else ONE_PASS))
+    write_module(folder, version, written_out)
     return folder
+
+
+def write_module(folder: Path, version: str, written_out: bool) -> Path:
+    """The package's module in ``folder`` (replaced) as of ``version``."""
+    path = folder / f"{MODULE}.py"
+    path.write_text(MODULE_TEXT.format(version=version, name=NAME,
+                                       body=WRITTEN_OUT if written_out else ONE_PASS))
+    return path

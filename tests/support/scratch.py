@@ -60,17 +60,25 @@ def commit_all(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
+def site_borrower(tmp: Path) -> Path:
+    """A script (``tmp/borrow_site.py``) that, run by an asv environment's python, puts
+    the running interpreter's site-packages (torch, jax) on that environment's path: an
+    install_command step instead of installing the frameworks into it."""
+    pth_writer = tmp / "borrow_site.py"
+    ours = site.getsitepackages()[0]
+    pth_writer.write_text("import site\n"
+                          f"path = site.getsitepackages()[0] + '/borrowed.pth'\n"
+                          f"open(path, 'w').write({ours!r})\n")
+    return pth_writer
+
+
 def scratch_clone(tmp: Path) -> tuple[Path, str]:
     """A clone of this repository in ``tmp/scratch`` with its asv.conf.json set to borrow
     site-packages and keep results, html and environments under ``tmp``; returns the clone
     and the commit that set it up."""
     repo = tmp / "scratch"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    pth_writer = tmp / "borrow_site.py"
-    ours = site.getsitepackages()[0]
-    pth_writer.write_text("import site\n"
-                          f"path = site.getsitepackages()[0] + '/borrowed.pth'\n"
-                          f"open(path, 'w').write({ours!r})\n")
+    pth_writer = site_borrower(tmp)
     unpack = tmp / "unpack_wheel.py"
     unpack.write_text("import pathlib, shutil, site, sys, zipfile\n"
                       "target = pathlib.Path(site.getsitepackages()[0])\n"

@@ -1,4 +1,5 @@
-"""Shared machinery of the asv benchmark classes (scipy's benchmarks/common.py style).
+"""Shared machinery of the asv benchmark classes (scipy's benchmarks/common.py style), for
+mhabench's own ``benchmarks/`` and the suite ``mhabench init`` writes into a user's repository.
 
 - ``MHABENCH_GRID`` picks the grid: ``tiny`` (CI smoke and the results fixture: every
   module, seconds), ``quick`` (the main job: minutes on a 2-core machine) or ``full``
@@ -12,8 +13,9 @@
 - :class:`AttentionBenchmark` turns a parameter cell into an ``AttentionConfig``, asks
   ``mhabench.measure.timing.prepare`` for the compiled, warmed-up, synchronising step and maps
   every "cannot run here" error to ``NotImplementedError`` (asv shows n/a, not failed).
-  What asv times or tracks of a class are the mixins its bases list (``benchmarks/methods.py``:
-  ``TimeStep``, ``StepMemory``, ``StepRss``, ``KernelTrack``, ``WarmL2``, ``DeviceTime``).
+  What asv times or tracks of a class are the mixins its bases list
+  (``mhabench.suite.bench.methods``: ``TimeStep``, ``StepMemory``, ``StepRss``,
+  ``KernelTrack``, ``WarmL2``, ``DeviceTime``).
 
 Convention that makes results self-describing: the ``param_names`` of an attention class
 are ``AttentionConfig`` field names plus ``threads``, and every shape field (batch, n, d,
@@ -301,7 +303,7 @@ def _per_class(method: Callable[..., Any], skip: list[tuple[Any, ...]]) -> Calla
 class AttentionBenchmark(abc.ABC):
     """Base of the attention classes: a subclass sets ``param_names`` (config fields and
     ``threads``) and ``params`` (abstract here, so asv collects neither this base nor a
-    mixin of ``benchmarks/methods.py``) and lists in its bases the mixins whose methods asv
+    mixin of ``mhabench.suite.bench.methods``) and lists in its bases the mixins whose methods asv
     runs on its cells. ``keep`` says which valid cells the class runs at all (the others
     are in ``skip_params``, skipped before any setup); each mixin's method runs on the kept
     cells it takes (its own ``skip_params``: :func:`runs_on`).
@@ -367,6 +369,8 @@ class AttentionBenchmark(abc.ABC):
         # the GPU's state for a CUDA cell.
         # asv tears down after a setup that skipped the cell too (n/a): no config then.
         config = getattr(self, "cfg", None)
+        # asv's name: the module relative to the benchmark folder (a class exported there
+        # says that module: mhabench.suite.bench.reuse)
         module = type(self).__module__.partition(".")[2] or type(self).__module__
         gpu = _gpu_record if config is not None and config.device == "cuda" else None
         machine_load.record(f"{module}.{type(self).__name__}.{_Sampling.method}", params,

@@ -1,13 +1,15 @@
 """What asv times or tracks of an attention class: one mixin per method.
 
-A class in a ``bench_*`` module lists in its bases the mixins whose methods asv runs on its
-cells, so its text names every benchmark it has::
+A class in a question module (``heads``, ``gqa``, ..., or a ``bench_*`` module of
+``benchmarks/``) lists in its bases the mixins whose methods asv runs on its cells, so its
+text names every benchmark it has::
 
     class HeadsAtFixedWidth(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
 
 Each method runs on the class's kept cells (``keep``) that its mixin takes (its own
-``skip_params``, per class: ``benchmarks.common.runs_on``); a class none of whose cells a
-method takes has no such method, since asv would still start a process for it (~0.6 s).
+``skip_params``, per class: ``mhabench.suite.bench.common.runs_on``); a class none of
+whose cells a method takes has no such method, since asv would still start a process for it
+(~0.6 s).
 The mixins are abstract (``param_names`` and ``params`` are a concrete class's), so asv
 collects their methods only through the classes that list them.
 """
@@ -25,8 +27,7 @@ from mhabench.measure import (
     memory,
     timing,
 )
-
-from .common import (
+from mhabench.suite.bench.common import (
     _UNSETTLED,
     GRID,
     RECORD_KERNELS,
