@@ -335,8 +335,9 @@ class Written:
 
 def init(folder: Path, *, grid: str = "quick", baselines: Sequence[str] = DEFAULT_BASELINES,
          mhabench: str | None = None) -> Written:
-    """Write ``asv.conf.json`` and ``benchmarks/bench_mhabench.py`` into the git checkout
-    ``folder``; neither may exist (raises :class:`InitError` before writing anything)."""
+    """Write ``asv.conf.json`` and ``benchmarks/bench_mhabench.py`` (with the package's
+    ``__init__.py`` where it has none) into the git checkout ``folder``; neither may exist
+    (raises :class:`InitError` before writing anything)."""
     if grid not in GRIDS:
         raise InitError(f"--grid {grid!r} is not allowed; choose one of {', '.join(GRIDS)}")
     root = git_root(folder)
@@ -353,6 +354,9 @@ def init(folder: Path, *, grid: str = "quick", baselines: Sequence[str] = DEFAUL
     source = source_from(mhabench)
     config, module = root / CONFIG, root / MODULE
     module.parent.mkdir(exist_ok=True)
+    package = module.parent / "__init__.py"  # asv discovers benchmarks in a package only
+    if not package.exists():
+        package.write_text("")
     config.write_text(render_config(project, pins, source))
     module.write_text(render_module(mine, chosen, grid, source))
     return Written(config, module, mine, chosen, source)

@@ -1,9 +1,11 @@
 """A user's attention as a small installable package (a ``mhabench.backends`` entry point),
 in two releases: 1.0 computes softmax(q k^T / sqrt(p)) v with torch's softmax; 1.1 writes
 the softmax out with a guard for fully masked rows (the kind of change a "readable and
-safe" refactor makes), about 1.4x slower on the quick grid's GQA cell. The
-versions tests install each release into its own asv environment, as a user's two
-versions of a package."""
+safe" refactor makes), about 1.4x slower on the quick grid's GQA cell; written out in
+float64 (the "accurate" variant of that refactor), it is 1.45-1.75x slower on the tiny
+grid's cells, whose time the projections share. The versions tests install each release
+into its own asv environment, as a user's two versions of a package; the own-repo test
+commits them to one repository."""
 
 from __future__ import annotations
 
@@ -47,6 +49,17 @@ def torch_attend(q, k, v, valid_lens, causal=False):
     return torch.nan_to_num(weights / weights.sum(dim=-1, keepdim=True)) @ v
 """
 
+# The same in float64 for accuracy, cast back before the product with v: the map's passes
+# and both matmuls of q k^T in double precision.
+WRITTEN_OUT_FLOAT64 = """
+def torch_attend(q, k, v, valid_lens, causal=False):
+    import torch
+
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    return torch.nan_to_num(weights / weights.sum(dim=-1, keepdim=True)).to(q.dtype) @ v
+"""
+
 MODULE_TEXT = '''"""Scaled dot-product attention, an mhabench plug-in (release {version})."""
 
 import math
@@ -68,9 +81,11 @@ def write_release(folder: Path, version: str, written_out: bool) -> Path:
     return folder
 
 
-def write_module(folder: Path, version: str, written_out: bool) -> Path:
-    """The package's module in ``folder`` (replaced) as of ``version``."""
+def write_module(folder: Path, version: str, written_out: bool,
+                 float64: bool = False) -> Path:
+    """The package's module in ``folder`` (replaced) as of ``version``: the softmax
+    written out (``written_out``), in float64 too (``float64``), or torch's."""
+    body = ((WRITTEN_OUT_FLOAT64 if float64 else WRITTEN_OUT) if written_out else ONE_PASS)
     path = folder / f"{MODULE}.py"
-    path.write_text(MODULE_TEXT.format(version=version, name=NAME,
-                                       body=WRITTEN_OUT if written_out else ONE_PASS))
+    path.write_text(MODULE_TEXT.format(version=version, name=NAME, body=body))
     return path
