@@ -21,6 +21,7 @@ import functools
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -323,13 +324,20 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
     return Results(root, _frame(rows), machines, benchmarks, failures + warnings, missing)
 
 
-def latest(frame: pd.DataFrame) -> pd.DataFrame:
-    """The newest measurement of each cell per machine (by the results file's date): what
-    the model sections use. A partial ``asv run --bench`` at a newer commit replaces only
-    the cells it ran; cells timed in several environments keep the newest."""
+def latest(frame: pd.DataFrame, commits: Sequence[str] | None = None) -> pd.DataFrame:
+    """The newest measurement of each cell per machine: what the model sections use. Newest
+    by ``commits`` (oldest first, e.g. the git history's order) where given, else and among
+    one commit's files by the results file's date: commits made or rebased within one second
+    share a date. A partial ``asv run --bench`` at a newer commit replaces only the cells it
+    ran; cells timed in several environments keep the newest."""
     if frame.empty:
         return frame
-    order = frame.sort_values("date", kind="stable")
+    if commits is None:
+        order = frame.sort_values("date", kind="stable")
+    else:
+        rank = {c: i for i, c in enumerate(commits)}
+        order = (frame.assign(_rank=frame["commit"].map(rank).fillna(-1))
+                 .sort_values(["_rank", "date"], kind="stable").drop(columns="_rank"))
     return order.drop_duplicates(["machine", "benchmark", "cell"], keep="last")
 
 

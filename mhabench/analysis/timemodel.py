@@ -174,8 +174,9 @@ class TimeModel:
 WARM_SUFFIX = ".time_step_warm"  # suite.bench.common: a GPU cell timed with L2 left warm
 
 
-def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows a time model is fitted on: the newest time_ measurement of each attention
+def timing_cells(frame: pd.DataFrame, commits: Sequence[str] | None = None) -> pd.DataFrame:
+    """The rows a time model is fitted on: the newest time_ measurement (newest by
+    ``commits`` where given, see :func:`~mhabench.analysis.results.latest`) of each attention
     config cell at the machine's quick speed (divided by the moment's slowdown where the
     frame has it, :mod:`mhabench.analysis.quick_speed`), one row per (group, config) (the
     median where several benchmarks time one config)."""
@@ -184,7 +185,7 @@ def timing_cells(frame: pd.DataFrame) -> pd.DataFrame:
     # kernel skips (bench_gpu times them for the GPU section).
     warm = frame["benchmark"].str.endswith(WARM_SUFFIX)
     cells = latest(frame[(frame["kind"] == "time") & frame["config_id"].notna() & ~warm
-                         & ~frame["causal"].eq(True)])
+                         & ~frame["causal"].eq(True)], commits)
     if cells.empty:
         return cells
     # At quick speed once: without the slowdown column, cells passed through again (the

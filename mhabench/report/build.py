@@ -96,12 +96,14 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
     from mhabench.measure.machine_load import read_records
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
-    cells = timing_cells(results.frame)  # once: the models, the gaps and the sections
+    order = commit_order(results.frame, repo)
+    # once: the models, the gaps and the sections
+    cells = timing_cells(results.frame, order.commits)
     by_group = groups(results.frame, cells)
     context = Context.from_results(results, cells, fit_models(results.frame, by_group),
                                    traces, threshold,
                                    underdetermined=underdetermined(results.frame, by_group),
-                                   order=commit_order(results.frame, repo),
+                                   order=order,
                                    validations=list(validations),
                                    loads=read_records(load_dir) if load_dir
                                    else results.loads if results.loads is not None
