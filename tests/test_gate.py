@@ -1,6 +1,6 @@
-"""The gate's own logic, without asv runs (the end-to-end runs: test_asv_regression.py):
-it reads asv's table, selects a flagged cell and only it, keeps its results in a new
-folder of its own, and names a bad place to run from."""
+"""The gate's own logic, without timing (the end-to-end runs: test_asv_regression.py): the
+asv run it starts, the process medians it reads back from asv's results, its two stages'
+verdicts, the new folder each run keeps, and its bad input."""
 
 from __future__ import annotations
 
@@ -11,62 +11,131 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.scratch import commit_all, git
 
-from mhabench.suite.gate import (
-    GATE_DIR,
-    _config,
-    cell_pattern,
-    changed_rows,
-    preimport,
-    table_rows,
-)
+import mhabench.suite.gate as gate_module
+from mhabench.suite.gate import GATE_DIR, Evidence, cell_pattern, preimport, rounds
+from mhabench.suite.rounds import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# asv continuous's table, as asv 0.6 prints it with --no-only-changed: two changed rows,
-# one unchanged, one beyond the factor but not significant ("~"), one n/a.
 CELL = "bench_gqa.MhaGqaMqa.time_step('{fw}', '{be}', 2, 512, 256, 16, 4, 'cpu', 'float32', 1)"
-HEADER = "| Change | Before [8df16dc4] | After [563a65be] | Ratio | Benchmark (Parameter) |"
-TABLE = "\n".join([
-    HEADER, "|--------|------|------|-------|------|",
-    "| +      | 12.1±0.3ms | 15.4±0.4ms | 1.27 | " + CELL.format(fw="torch", be="fused") + " |",
-    "| -      | 40.2±2ms   | 35.0±1ms   | 0.87 | " + CELL.format(fw="jax", be="loop") + " |",
-    "|        | 20.0±0.5ms | 20.3±0.4ms | 1.01 | " + CELL.format(fw="torch", be="loop") + " |",
-    "|        | 30.1±3ms   | 36.2±5ms   | ~1.20 | " + CELL.format(fw="jax", be="fused") + " |",
-    "| +      | failed     | 1.0ms      |  n/a | bench_x.X.time_y |"])
+BENCH = "bench_gqa.MhaGqaMqa.time_step"
+PARAMS = [["'torch'"], ["'fused'", "'loop'"], ["2"], ["512"], ["256"], ["16"], ["4"],
+          ["'cpu'"], ["'float32'"], ["1"]]
 
 
-def test_changed_rows_are_the_marked_ones_with_their_ratio() -> None:
-    rows = changed_rows(TABLE)
-    assert [(r.mark, r.ratio) for r in rows] == [("+", 1.27), ("-", 0.87), ("+", None)]
-    assert rows[0].cell.startswith("bench_gqa.MhaGqaMqa.time_step('torch', 'fused'")
-    assert changed_rows("no table here\n| a | b |") == []
-    every = [r for r in table_rows(TABLE) if r.cell.startswith("bench_")]  # unchanged too
-    assert [(r.mark, r.ratio) for r in every] == [
-        ("+", 1.27), ("-", 0.87), ("", 1.01), ("~", 1.20), ("+", None)]
-    # what the gate's screen passes on: significant or not, beyond its factor either way
-    assert [r.ratio for r in changed_rows(TABLE, "+-~")] == [1.27, 0.87, 1.20, None]
+def project(tmp: Path) -> tuple[Path, str, str]:
+    """A git repository with an asv.conf.json and two commits."""
+    repo = tmp / "project"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "asv.conf.json").write_text(
+        '// comments, as asv allows\n{"version": 1, "repo": ".", '
+        '"results_dir": ".asv/results", "html_dir": ".asv/html"}\n')
+    base = commit_all(repo, "base")
+    (repo / "README").write_text("head\n")
+    return repo, base, commit_all(repo, "head")
+
+
+def write_results(results: Path, commit: str, samples: list[list[float] | None]) -> None:
+    """asv's results file of ``commit`` for BENCH's two cells (None: the cell failed)."""
+    path = results / "m" / f"{commit[:8]}-virtualenv-py3.11.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "commit_hash": commit, "env_name": "virtualenv-py3.11", "params": {},
+        "result_columns": ["result", "params", "samples"],
+        "results": {BENCH: [[None if s is None else min(s) for s in samples], PARAMS,
+                            samples]}}))
 
 
 def test_a_cell_pattern_selects_that_cell_only() -> None:
-    cell = changed_rows(TABLE)[0].cell
+    cell = CELL.format(fw="torch", be="fused")
     pattern = re.compile(cell_pattern(cell))
     assert pattern.search(cell)
     assert not pattern.search(cell.replace("'fused'", "'batched'"))
     assert not pattern.search(cell.replace(", 1)", ", 2)"))
 
 
-def test_each_stage_gets_a_new_results_folder_and_nothing_is_reused(tmp_path: Path) -> None:
-    (tmp_path / "asv.conf.json").write_text(
-        '// comments, as asv allows\n{"version": 1, "repo": ".", '
-        '"results_dir": ".asv/results", "html_dir": ".asv/html"}\n')
-    folder = tmp_path / GATE_DIR / "stamp"
-    conf = json.loads(_config(tmp_path, folder, "screen").read_text())
-    assert conf["results_dir"] == str((folder / "screen" / "results").resolve())
-    assert conf["repo"] == str(tmp_path.resolve())  # asv reads paths from the config's folder
-    assert conf["version"] == 1  # the rest as the project has it
-    with pytest.raises(FileExistsError):
-        _config(tmp_path, folder, "screen")
+def test_rounds_run_both_commits_interleaved_and_read_one_median_per_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One asv run: both commits from a hash file, interleaved rounds of exactly SAMPLES
+    samples a process, results in the stage's new folder; each process's samples come back
+    as one median, and a cell that failed at the head reads None."""
+    repo, base, head = project(tmp_path)
+    calls = []
+
+    def run_asv(config: Path, args: list[str], env: dict[str, str], root: Path,
+                echo: object) -> tuple[int, str]:
+        calls.append((config, args, env))
+        conf = json.loads(config.read_text())
+        results = Path(conf["results_dir"])
+        # three processes of fused a side; loop fails at the head
+        fused = [1.0, 1.1, 0.9, 1.0, 1.0, 2.0, 2.0, 2.1, 1.9, 2.0, 1.2, 1.2, 1.2, 1.2, 1.2]
+        write_results(results, base, [fused, [5.0] * 10])
+        write_results(results, head, [[x * 1.5 for x in fused], None])
+        return 0, ""
+
+    monkeypatch.setattr(gate_module, "run_asv", run_asv)
+    monkeypatch.setenv("MHABENCH_LOAD_DIR", str(tmp_path / "history-load"))
+    folder = repo / GATE_DIR / "stamp" / "screen"
+    evidence = rounds(base, head, [cell_pattern(CELL.format(fw="torch", be="fused"))], 8,
+                      folder, asv_args=["--machine", "m"], root=repo, echo=lambda t: None)
+    config, args, env = calls[0]
+    assert config == folder / "asv.conf.json"
+    conf = json.loads(config.read_text())
+    assert conf["results_dir"] == str(folder / "results")
+    assert conf["repo"] == str(repo)  # asv reads paths from the config's own folder
+    assert args[:6] == ["--interleave-rounds", "--record-samples", "-a", "rounds=8", "-a",
+                        f"repeat={SAMPLES}"]
+    assert "--machine" in args and args[-1] == f"HASHFILE:{folder / 'commits.txt'}"
+    assert (folder / "commits.txt").read_text().split() == [base, head]
+    # a history's load folder never gets the rounds' records; torch alone imported up front
+    assert "MHABENCH_LOAD_DIR" not in env and env["MHABENCH_PREIMPORT"] == "torch"
+    fused, loop = CELL.format(fw="torch", be="fused"), CELL.format(fw="torch", be="loop")
+    assert evidence[fused].base == [1.0, 2.0, 1.2]
+    assert evidence[fused].head == pytest.approx([1.5, 3.0, 1.8])
+    assert evidence[loop].base == [5.0, 5.0] and evidence[loop].head is None
+    with pytest.raises(FileExistsError):  # a stage never reuses a folder
+        rounds(base, head, [], 8, folder, root=repo, echo=lambda t: None)
+
+
+def test_the_gate_confirms_the_way_the_screen_leaned_and_reports_new_failures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two stages' logic on process medians: the screen passes on the cells whose ratio
+    leans past its factor either way; a confirmation counts only a change the way the
+    screen leaned; a benchmark that fails at the head only is a regression at once."""
+    repo, base, head = project(tmp_path)
+    steady = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01, 0.99]
+    cells = {name: CELL.format(fw="torch", be=name) for name in
+             ("slowed", "flip", "same", "gone")}
+    screen = {cells["slowed"]: Evidence(steady, [x * 1.2 for x in steady]),
+              cells["flip"]: Evidence(steady, [x * 0.9 for x in steady]),
+              cells["same"]: Evidence(steady, steady[::-1]),
+              cells["gone"]: Evidence(steady, None)}
+    confirm = {cells["slowed"]: Evidence(steady, [x * 1.15 for x in steady]),
+               cells["flip"]: Evidence(steady, [x * 1.15 for x in steady])}
+    calls = []
+
+    def fake_rounds(a: str, b: str, benches: list[str], count: int, folder: Path,
+                    **kwargs: object) -> dict[str, Evidence]:
+        calls.append((a, b, list(benches), count, folder))
+        return screen if len(calls) == 1 else confirm
+
+    monkeypatch.setattr(gate_module, "rounds", fake_rounds)
+    verdict = gate_module.gate("HEAD~1", "HEAD", root=repo, echo=lambda text: None)
+    assert calls[0][:4] == (base, head, [], gate_module.SCREEN_ROUNDS)
+    assert calls[1][2] == [cell_pattern(cells["flip"]), cell_pattern(cells["slowed"])]
+    assert calls[1][3] == gate_module.CONFIRM_ROUNDS
+    assert calls[0][4].parent == calls[1][4].parent  # one new folder per gate run
+    assert calls[0][4].parent.parent == (repo / GATE_DIR).resolve()
+    assert [(c.mark, c.cell) for c in verdict.screened] == [("-", cells["flip"]),
+                                                             ("+", cells["slowed"])]
+    # "flip" leaned faster in the screen and slower in the confirmation: cleared
+    assert [c.cell for c in verdict.confirmed] == [cells["slowed"]]
+    change = verdict.confirmed[0]
+    assert change.ratio == pytest.approx(1.15) and 1 < change.low <= 1.15 <= change.high
+    assert [c.cell for c in verdict.failed] == [cells["gone"]]
+    assert [c.cell for c in verdict.regressions] == [cells["slowed"], cells["gone"]]
 
 
 def test_the_cli_names_a_folder_without_asv_conf(tmp_path: Path) -> None:
@@ -78,41 +147,15 @@ def test_the_cli_names_a_folder_without_asv_conf(tmp_path: Path) -> None:
         "mhabench gate: error: '.' has no asv.conf.json: run the gate from the project's root"]
 
 
-def test_the_gate_confirms_the_way_the_screen_leaned_and_reports_new_failures(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The two stages' logic on asv tables (asv itself: test_asv_regression.py): the screen
-    passes on "+", "-" and "~" rows; a confirmation flag counts only the way the screen
-    leaned; a benchmark that fails on HEAD only ("!") is a regression without confirming."""
-    import mhabench.suite.gate as gate_module
-
-    (tmp_path / "asv.conf.json").write_text('{"version": 1}')
-    row = "| {mark:<6} | 20ms | 25ms | {ratio} | " + CELL + " |"
-    screen = "\n".join([HEADER, row.format(mark="", ratio="~1.20", fw="torch", be="fused"),
-                        row.format(mark="", ratio="~0.90", fw="torch", be="loop"),
-                        row.format(mark="+", ratio="1.30", fw="jax", be="fused"),
-                        row.format(mark="", ratio="1.01", fw="jax", be="loop"),
-                        "| !      | 1.0ms | failed | n/a | bench_x.X.time_y |",
-                        gate_module.VERDICT_LINES[1]])
-    confirm = "\n".join([HEADER, row.format(mark="+", ratio="1.22", fw="torch", be="fused"),
-                         row.format(mark="+", ratio="1.15", fw="torch", be="loop"),
-                         gate_module.VERDICT_LINES[1]])
-    calls = []
-
-    def continuous(config: Path, options: object, factor: float, benches: list[str],
-                   *args: object) -> str:
-        calls.append((factor, list(benches)))
-        return screen if len(calls) == 1 else confirm
-
-    monkeypatch.setattr(gate_module, "_continuous", continuous)
-    verdict = gate_module.gate("main", "HEAD", root=tmp_path, echo=lambda text: None)
-    assert calls[0] == (gate_module.SCREEN_FACTOR, [])
-    assert calls[1][0] == gate_module.FACTOR and len(calls[1][1]) == 3  # +, ~ and ~ rows
-    assert [(c.mark, c.lean) for c in verdict.screened] == [("~", "+"), ("~", "-"), ("+", "+")]
-    # torch loop leaned faster in the screen and slower in the confirmation: cleared
-    assert [c.cell for c in verdict.confirmed] == [CELL.format(fw="torch", be="fused")]
-    assert [c.cell for c in verdict.failed] == ["bench_x.X.time_y"]
-    assert [c.cell for c in verdict.regressions] == [CELL.format(fw="torch", be="fused"),
-                                                     "bench_x.X.time_y"]
+def test_the_cli_names_an_unknown_commit_before_anything_runs(tmp_path: Path) -> None:
+    repo, _, _ = project(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "mhabench.cli", "gate", "no-such", "HEAD"],
+                          cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'no-such' names no commit of" in lines[0], lines
+    assert not (repo / GATE_DIR).exists()  # nothing written
 
 
 def test_rounds_import_only_the_frameworks_their_cells_name() -> None:
@@ -125,25 +168,3 @@ def test_rounds_import_only_the_frameworks_their_cells_name() -> None:
     assert preimport([r"time_step\('jax', "]) == ["jax"]
     assert preimport([r"time_step\('jax', ", "bench_heads"]) == ["torch", "jax"]
     assert preimport([]) == ["torch", "jax"]
-
-
-def test_rounds_never_record_load_into_a_history_load_folder(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A history's MHABENCH_LOAD_DIR in the caller's environment does not reach the
-    rounds: their records are keyed by commit and cell, so ``mhabench confirm``'s rounds
-    there recast the confirmed cell's load in the history (a second verdict for the cell
-    in the next report, seen in CI)."""
-    import mhabench.suite.gate as gate_module
-
-    seen = []
-
-    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        seen.append(kwargs["env"])
-        return subprocess.CompletedProcess(cmd, 0, gate_module.VERDICT_LINES[0], "")
-
-    monkeypatch.setenv("MHABENCH_LOAD_DIR", str(tmp_path / "history-load"))
-    monkeypatch.setattr(gate_module.subprocess, "run", run)
-    gate_module._continuous(tmp_path / "stage" / "asv.conf.json", (), 1.1, [CELL], "a", "b",
-                            (), tmp_path, lambda text: None)
-    assert len(seen) == 1 and "MHABENCH_LOAD_DIR" not in seen[0]
-    assert seen[0]["MHABENCH_PREIMPORT"] == "torch,jax"

@@ -19,18 +19,21 @@ VERDICTS = ("confirmed", "cleared")
 
 @dataclass(frozen=True)
 class Confirmation:
-    """asv continuous's verdict on one cell between the commits either side of a step."""
+    """The verdict of fresh rounds of processes on one cell between the commits either side
+    of a step (:func:`mhabench.suite.gate.confirm`)."""
 
     machine: str
     cell: str  # asv's name with parameters, as its tables print it
     before: str  # full commit hashes
     after: str
-    verdict: str  # "confirmed" (asv flags it slower, beyond the factor) or "cleared"
+    verdict: str  # "confirmed" (slower: interval clear of 1, beyond the factor) or "cleared"
     ratio: float | None  # after / before over the fresh rounds
     rounds: int
     factor: float
     date: str  # ISO time of the run
     folder: str  # the asv results of the rounds
+    low: float | None = None  # the ratio's 95 % interval over processes (None: not known)
+    high: float | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:

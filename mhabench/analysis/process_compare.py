@@ -10,8 +10,10 @@ percentile bootstrap that resamples processes (each draw picks its own fast set)
 interval is as wide as the processes disagree, however many samples each took.
 
 A cell counts as changed when the interval clears 1.0 and the ratio clears the factor;
-:func:`verdict` says which way. The gate's and the versions comparison's stages read their
-processes through this one module.
+:func:`verdict` says which way. Two stages make a verdict (:func:`two_stage`): a screen
+passes on every cell whose ratio leans past :data:`SCREEN_FACTOR`, and a confirmation on
+fresh processes must find it changed the same way. ``mhabench gate``, ``mhabench confirm``
+and ``mhabench versions`` all judge their processes through this one module.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import numpy as np
 FAST_MARGIN = 1.25
 DRAWS = 2000  # bootstrap resamples
 LEVEL = 0.95  # two-sided confidence level of the interval
+SCREEN_FACTOR = 1.05  # a screen ratio past this either way goes on to fresh processes
+FACTOR = 1.05  # a change: the interval clears 1.0 and the ratio passes this
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def compare(base: Sequence[float], new: Sequence[float], *, margin: float = FAST
                       int(np.sum(a <= a.min() * margin)), int(np.sum(b <= b.min() * margin)))
 
 
-def lean(result: Comparison, factor: float) -> str:
+def lean(result: Comparison, factor: float = SCREEN_FACTOR) -> str:
     """"+" (slower) or "-" (faster) where the ratio passes ``factor`` that way, "" where it
     does not: what a screen passes on to fresh processes."""
     if result.ratio >= factor:
@@ -87,7 +91,7 @@ def lean(result: Comparison, factor: float) -> str:
     return ""
 
 
-def verdict(result: Comparison, factor: float) -> str:
+def verdict(result: Comparison, factor: float = FACTOR) -> str:
     """"slower" or "faster" where the interval clears 1.0 and the ratio passes ``factor``
     that way; "unchanged" otherwise."""
     if result.low > 1.0 and result.ratio >= factor:
@@ -95,3 +99,13 @@ def verdict(result: Comparison, factor: float) -> str:
     if result.high < 1.0 and result.ratio <= 1 / factor:
         return "faster"
     return "unchanged"
+
+
+def two_stage(screen: Comparison, confirm: Comparison | None) -> str:
+    """The verdict of a cell the screen passed on: "slower" or "faster" where the
+    confirmation's fresh processes find it changed (:func:`verdict`) the way the screen
+    leaned, "cleared" otherwise (a flag against the screen's lean is noise in one stage:
+    counting it would double the false flags and catch no real change)."""
+    said = verdict(confirm) if confirm is not None else "unchanged"
+    way = lean(screen)
+    return said if said != "unchanged" and (said == "slower") == (way == "+") else "cleared"

@@ -1,7 +1,9 @@
 """``mhabench confirm``: re-measure the report's steps across commits. Every candidate step
 (and every step that holds over the history, or rests on a disturbed run) of a ``time_``
 cell not yet re-measured is re-run at the commits on either side in fresh interleaved
-rounds (the gate's second stage, :func:`mhabench.suite.gate.confirm`); the verdicts go to a new
+rounds of fresh processes (the gate's second stage, :func:`mhabench.suite.gate.confirm`: a step
+is confirmed where the interval of the ratio of process medians clears 1.0 and the ratio
+passes the factor, slower); the verdicts go to a new
 ``<confirmations>/<UTC time>/confirmations.json``, where ``mhabench report`` reads them.
 Exit status 1 when a step is confirmed, 0 otherwise."""
 
@@ -26,8 +28,8 @@ RECONSIDERED = ("candidate", "holds", "disturbed")
 
 def add_command(sub: Any) -> None:
     p = sub.add_parser("confirm", help="re-measure the report's candidate regressions in "
-                       "fresh interleaved rounds at the commits on either side (asv "
-                       "continuous); the report then reads confirmed or cleared")
+                       "fresh interleaved rounds of processes at the commits on either "
+                       "side; the report then reads confirmed or cleared")
     add_results_args(p)
     add_history_args(p)
     p.add_argument("--cell", default=None, metavar="REGEX",
@@ -81,20 +83,22 @@ def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
     from datetime import UTC, datetime
 
     from mhabench.analysis.confirmations import Confirmation
+    from mhabench.analysis.process_compare import verdict as judge
     from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
-    rows = {row.cell: row for row in confirm(
-        before, after, cells, target, asv_args=["--machine", machine],
-        echo=lambda text: print(text, file=sys.stderr, flush=True))}
+    results = confirm(before, after, cells, target, asv_args=["--machine", machine],
+                      echo=lambda text: print(text, file=sys.stderr, flush=True))
     records = []
     for cell in cells:
-        row = rows.get(cell)
-        verdict = "confirmed" if row is not None and row.mark == "+" else "cleared"
-        ratio = None if row is None else row.ratio
+        result = results.get(cell)
+        verdict = "confirmed" if result is not None and judge(result) == "slower" else "cleared"
+        ratio = None if result is None else result.ratio
         records.append(Confirmation(machine, cell, before, after, verdict, ratio,
                                     CONFIRM_ROUNDS, FACTOR, datetime.now(UTC).isoformat(),
-                                    str(target)))
-        shown = "n/a" if ratio is None else f"{ratio:.2f}x"
+                                    str(target), None if result is None else result.low,
+                                    None if result is None else result.high))
+        shown = "n/a" if result is None else (f"{result.ratio:.2f}x [{result.low:.2f}, "
+                                              f"{result.high:.2f}]")
         print(f"{verdict.upper() if verdict == 'confirmed' else verdict:<9} {shown:>7}  "
               f"{cell}", flush=True)
     return records

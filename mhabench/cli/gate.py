@@ -1,7 +1,7 @@
-"""``mhabench gate BASE HEAD``: did HEAD regress against BASE? ``asv continuous`` as a
-screen, then fresh rounds for every cell it passes on (:mod:`mhabench.suite.gate`). Exit status 1
-when a cell is confirmed slower or a benchmark that ran on BASE fails on HEAD, 0
-otherwise."""
+"""``mhabench gate BASE HEAD``: did HEAD regress against BASE? Interleaved rounds of fresh
+processes as a screen, then fresh rounds for every cell it passes on, each process's median
+one value (:mod:`mhabench.suite.gate`). Exit status 1 when a cell is confirmed slower or a
+benchmark that ran on BASE fails on HEAD, 0 otherwise."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any
 
 
 def add_command(sub: Any) -> None:
-    p = sub.add_parser("gate", help="did HEAD regress? asv continuous, then fresh rounds "
-                       "for each cell it passes on (exit status 1 on a confirmed regression)")
+    p = sub.add_parser("gate", help="did HEAD regress? interleaved rounds of fresh processes, "
+                       "then fresh rounds for each cell they pass on (exit status 1 on a "
+                       "confirmed regression)")
     p.add_argument("base", help="the commit to compare against (e.g. main)")
     p.add_argument("head", help="the commit under test (e.g. HEAD)")
     p.add_argument("-b", "--bench", action="append", default=[],
@@ -24,7 +25,7 @@ def add_command(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.suite.gate import FACTOR, SCREEN_FACTOR, gate
+    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, SCREEN_FACTOR, SCREEN_ROUNDS, gate
 
     extra = ["--machine", args.machine] if args.machine else []
     try:
@@ -33,15 +34,17 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as err:  # asv failed: its own message, on one line
         raise CLIError(str(err).replace("\n", " ")) from err
     print(f"mhabench gate: {len(verdict.screened)} cell(s) passed on by the screen "
-          f"(beyond {SCREEN_FACTOR}x), {len(verdict.confirmed)} confirmed (factor {FACTOR}); "
+          f"({SCREEN_ROUNDS} rounds, beyond {SCREEN_FACTOR}x), {len(verdict.confirmed)} "
+          f"confirmed ({CONFIRM_ROUNDS} fresh rounds: interval clear of 1, beyond {FACTOR}x); "
           f"results in {verdict.folder}")
     for change in verdict.failed:
         print(f"{'FAILED':<7} {'n/a':>7}  {change.cell}")  # ran on BASE, fails on HEAD
     for change in verdict.confirmed:
         word = "SLOWER" if change.mark == "+" else "faster"
-        ratio = "n/a" if change.ratio is None else f"{change.ratio:.2f}x"
-        print(f"{word:<7} {ratio:>7}  {change.cell}")
-    cleared = {c.cell for c in verdict.screened} - {c.cell for c in verdict.confirmed}
-    for cell in sorted(cleared):
-        print(f"{'cleared':<7} {'-':>7}  {cell}")  # passed on by the screen only
+        print(f"{word:<7} {change.ratio:>6.2f}x  {change.cell}  "
+              f"[{change.low:.2f}, {change.high:.2f}]")
+    confirmed = {c.cell for c in verdict.confirmed}
+    for change in verdict.screened:
+        if change.cell not in confirmed:  # passed on by the screen only
+            print(f"{'cleared':<7} {'-':>7}  {change.cell}  (screen {change.ratio:.2f}x)")
     return 1 if verdict.regressions else 0

@@ -31,11 +31,8 @@ Everything is summed up in ``versions.json`` beside the results; ``mhabench repo
 from __future__ import annotations
 
 import json
-import math
 import os
-import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +40,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mhabench.analysis.process_compare import compare, lean, verdict
+from mhabench.analysis.process_compare import (
+    FACTOR,
+    SCREEN_FACTOR,
+    compare,
+    lean,
+    two_stage,
+)
 from mhabench.analysis.versions import SUMMARY
 from mhabench.suite.gate import cell_pattern, preimport
+from mhabench.suite.rounds import (
+    CONFIRM_ROUNDS,
+    SAMPLES,
+    SCREEN_ROUNDS,
+    process_medians,
+    read_cells,
+    result_files,
+    round_args,
+    run_asv,
+)
 from mhabench.suite.sides import (
     SIDES,
     Side,
@@ -59,13 +72,6 @@ from mhabench.suite.sides import (
 )
 
 VERSIONS_DIR = Path(".asv") / "versions"
-SCREEN_ROUNDS = 8
-CONFIRM_ROUNDS = 12
-SCREEN_FACTOR = 1.05  # a screen ratio past this either way goes on to fresh processes
-FACTOR = 1.05  # a confirmed change: interval clears 1.0 and the ratio passes this
-# Samples per process, exactly: asv appends a round's samples to the side's earlier ones,
-# so a fixed count is what tells the processes apart in its results.
-SAMPLES = 5
 KERNEL_VAR = "MHABENCH_KERNELS"  # suite.bench.common records track_kernel when set
 COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
 
@@ -93,48 +99,6 @@ class Cell:
                 "kernel_base": kernels[0], "kernel_new": kernels[1],
                 "kernel_changed": None not in kernels and kernels[0] != kernels[1],
                 "failed": sorted(self.failed), "processes": self.processes}
-
-
-def _asv(config: Path, args: Sequence[str], env: dict[str, str], root: Path,
-         echo: Callable[[str], None]) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "asv", "run", "--config", str(config), *args]
-    echo("$ " + " ".join(cmd))
-    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    log = done.stdout + done.stderr
-    echo(log)
-    return done.returncode, log
-
-
-def _result_file(results: Path, commit: str, env_name: str) -> Path | None:
-    found = sorted(results.glob(f"*/{commit[:8]}-{env_name}.json"))
-    return found[0] if found else None
-
-
-def read_cells(path: Path | None, kinds: tuple[str, ...] = ("time_",)) -> dict[str, Any]:
-    """asv cell name -> its samples (time benchmarks: a list, None where the cell failed)
-    or value (track benchmarks), for the benchmarks of ``kinds`` in one results file;
-    cells asv skipped (n/a) are left out."""
-    from mhabench.suite.merge import cell_names, result_rows
-
-    if path is None or not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
-    out: dict[str, Any] = {}
-    for name, row in result_rows(data).items():
-        if not name.rpartition(".")[2].startswith(kinds):
-            continue
-        values = row.get("result") or []
-        samples = row.get("samples") or [None] * len(values)
-        for cell, value, cell_samples in zip(cell_names(name, row), values, samples,
-                                             strict=False):
-            if isinstance(value, float) and math.isnan(value):
-                continue  # n/a: a cell this grid or machine skips, on either side
-            if name.rpartition(".")[2].startswith("time_"):
-                out[cell] = None if value is None else (
-                    cell_samples if isinstance(cell_samples, list) else [])
-            else:
-                out[cell] = value
-    return out
 
 
 class Comparison:
@@ -171,11 +135,11 @@ class Comparison:
 
     def _run(self, config: str, args: Sequence[str]) -> tuple[int, str]:
         extra = ["--machine", self.machine] if self.machine else []
-        return _asv(self.configs[config], [f"{self.commit}^!", *extra, *args], self._env(),
-                    self.root, self.echo)
+        return run_asv(self.configs[config], [f"{self.commit}^!", *extra, *args],
+                       self._env(), self.root, self.echo)
 
     def _file(self, side: str) -> Path | None:
-        return _result_file(self.results, self.commit, self.env_names[side])
+        return result_files(self.results, self.commit).get(self.env_names[side])
 
     def check(self) -> None:
         """Bad input before anything runs: each pin on the index (raises SideError)."""
@@ -227,8 +191,7 @@ class Comparison:
             benches = [cell_pattern(c) for c in only] if only is not None else self.benches
             if not count or not benches:
                 continue
-            args = ["--interleave-rounds", "--record-samples", "--append-samples",
-                    "-a", f"rounds={count}", "-a", f"repeat={SAMPLES}"]
+            args = [*round_args(count), "--append-samples"]
             for bench in benches:
                 args += ["-b", bench]
             before = {side: read_cells(self._file(side)) for side in SIDES}
@@ -249,10 +212,8 @@ class Comparison:
             if samples is None:
                 cell.failed.add(side)
                 continue
-            new = samples[len(before.get(name) or []):]
-            for start in range(0, len(new) - SAMPLES + 1, SAMPLES):
-                cell.processes[stage][side].append(
-                    statistics.median(new[start:start + SAMPLES]))
+            cell.processes[stage][side] += process_medians(
+                samples[len(before.get(name) or []):])
 
     def _judge(self, cell: Cell, stage: str) -> dict[str, Any] | None:
         base, new = (cell.processes[stage][s] for s in SIDES)
@@ -272,7 +233,7 @@ class Comparison:
             if cell.screen is None:
                 cell.verdict = "not timed"
                 continue
-            if lean(_as_comparison(cell.screen), SCREEN_FACTOR):
+            if lean(_as_comparison(cell.screen)):
                 passed.append(cell.name)
             else:
                 cell.verdict = "unchanged"
@@ -286,10 +247,8 @@ class Comparison:
         for name in passed:
             cell = self.cells[name]
             cell.confirm = self._judge(cell, "confirm")
-            said = verdict(_as_comparison(cell.confirm), FACTOR) if cell.confirm else ""
-            screen_lean = lean(_as_comparison(cell.screen), SCREEN_FACTOR)
-            cell.verdict = said if said in ("slower", "faster") and (
-                (said == "slower") == (screen_lean == "+")) else "cleared"
+            cell.verdict = two_stage(_as_comparison(cell.screen), _as_comparison(
+                cell.confirm) if cell.confirm else None)
 
     def failures(self) -> None:
         for cell in self.cells.values():

@@ -31,13 +31,14 @@ SLOWED = """    for _ in range(warmup):
         step()
     if settle:
         warm_until_settled(step)
-    if (config.framework, config.backend) not in {cells!r}:
+    extra = {extras!r}.get((config.framework, config.backend))
+    if extra is None:
         return step
 
     def slowed() -> Any:  # a regression planted by a test (tests/support/scratch.py)
         start = time.perf_counter()
         out = step()
-        until = time.perf_counter() + {extra} * (time.perf_counter() - start)
+        until = time.perf_counter() + extra * (time.perf_counter() - start)
         while time.perf_counter() < until:
             pass
         return out
@@ -105,15 +106,18 @@ def same_code_commit(repo: Path, note: str) -> str:
     return commit_all(repo, f"no code change: {note}")
 
 
-def plant(repo: Path, cells: set[tuple[str, str]], extra: float, message: str) -> str:
+def plant(repo: Path, cells: set[tuple[str, str]] | dict[tuple[str, str], float],
+          extra: float | None, message: str) -> str:
     """Commit a slowdown of ``extra`` (0.5: 1.5x) in the (framework, backend) ``cells``
-    on top of the checked-out commit (which must have no planted slowdown yet)."""
+    (or each cell's own, ``cells`` a dict and ``extra`` None) on top of the checked-out
+    commit (which must have no planted slowdown yet)."""
+    extras = dict(cells) if isinstance(cells, dict) else {cell: extra for cell in cells}
     timing = repo / "mhabench" / "measure" / "timing.py"
     text = timing.read_text()
     assert text.count(PREPARED) == 1, (
         "timing.prepare changed shape: update tests/support/scratch.py")
-    timing.write_text(text.replace(PREPARED, SLOWED.format(cells=sorted(cells),
-                                                           extra=extra)))
+    timing.write_text(text.replace(PREPARED, SLOWED.format(extras=dict(sorted(
+        extras.items())))))
     return commit_all(repo, message)
 
 
