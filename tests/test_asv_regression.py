@@ -33,7 +33,8 @@ from support.scratch import (
     scratch_clone,
 )
 
-from mhabench.suite.gate import table_rows
+from mhabench.analysis.process_compare import compare
+from mhabench.suite.rounds import process_medians, read_cells, result_files
 
 # A small real part of the suite at its shipped (quick) settings: bench_gqa's GQA cells
 # (batch 2, n 512, d 256, 16 query heads over 4 key/value heads), 15-60 ms a step: the
@@ -76,14 +77,13 @@ class Scratch:
         return GateRun(done.returncode, done.stdout, done.stderr)
 
     def ratios(self, run: GateRun, a: str, b: str) -> dict[str, float]:
-        """after/before of every cell the screen compared (asv compare on the screen's own
-        results, all rows): the noise the gate sees."""
-        done = subprocess.run([*ASV, "compare", "--config", str(run.folder / "screen" /
-                                                                 "asv.conf.json"),
-                               "--machine", "pytest-machine", a, b], cwd=self.repo,
-                              env=self.env, capture_output=True, text=True, timeout=300)
-        return {row.cell: row.ratio for row in table_rows(done.stdout)
-                if "time_step(" in row.cell and row.ratio is not None}
+        """after/before of every cell the screen timed (its fast processes' medians, read
+        back from the screen's own results): the noise the gate sees."""
+        results = run.folder / "screen" / "results"
+        before, after = (read_cells(next(iter(result_files(results, git(
+            self.repo, "rev-parse", c)).values()))) for c in (a, b))
+        return {cell: compare(process_medians(s), process_medians(after[cell])).ratio
+                for cell, s in before.items() if "time_step(" in cell and s and after.get(cell)}
 
 
 @dataclass
