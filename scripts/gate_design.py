@@ -1,195 +1,165 @@
 #!/usr/bin/env python3
-"""How many rounds and samples a regression gate needs here, from asv's own statistics.
+"""Replay the regression gate's design on processes that real gate runs recorded.
 
-asv times a cell in one process per round and pools every sample of a side in its
-Mann-Whitney test, which assumes independent samples. Samples of one process share that
-process's memory layout and drift, so they are not independent: a few processes with many
-samples each can make two identical commits look different. This script measures that on
-the real suite: it runs chosen ``time_`` cells through asv_runner (the suite's own classes
-and settings) in ``--processes`` fresh processes, ``--samples`` samples each. Then it
-replays ``asv continuous`` designs (rounds x samples per round) on random disjoint sets of
-those processes, using asv's own ``compute_stats`` and ``compare._is_result_better``:
+Every ``mhabench gate`` run keeps its rounds' asv results (``.asv/gate/<time>/screen`` and
+``confirm``, exactly 5 samples a process, the two commits in ``commits.txt``). This script
+reads them back, one median per process in the order asv timed them, and asks what other
+designs would have said on the same processes:
 
-- false flags: identical code (both sides drawn from the same pool) flagged + or -;
-- misses: side B's samples scaled by 1.25 and 1.5, not flagged.
+- ``rounds``: the first R processes a side of each stage (a shorter run of the same
+  interleaved sequence), for the screen and the confirmation;
+- ``factor``: the screen's and the confirmation's factor;
+- ``margin``: which processes count as the machine's fast mode (``inf``: every process,
+  the plain median of process medians, i.e. the slow mode not set apart).
 
-    MHABENCH_GRID=quick MHABENCH_THREADS=1 python scripts/gate_design.py \\
-        "bench_gqa\\.MhaGqaMqa\\.time_step\\('torch', 'loop', 2, 512, 256, 16, 4, " \\
-        --processes 36 --samples 7 --designs 8x3 8x7 12x3 16x2 --factor 1.12
+Each run's cells are labelled with the slowdown planted in them, from the JSON lines that
+``python tests/test_asv_regression.py N DIR`` prints (``--log``): 1.0 where the code is
+the same at both commits. Replayed slowdowns (``--scale 1.10``) multiply the head's
+processes of unchanged cells, and are labelled as replays.
 
-Prints one JSON line per cell and design. ``--save FILE`` keeps the samples, ``--load
-FILE`` replays saved ones. ``--gate 8x3 1.07 16x3`` replays mhabench gate's two stages
-instead (screen design, screen factor, confirmation design): how often it passes an
-unchanged cell on, flags it, and misses a 1.25x and a 1.5x slowdown.
+    python scripts/gate_design.py --log gate-runs.log
+    python scripts/gate_design.py --log gate-runs.log --screen 6 8 --confirm 8 12 \\
+        --factor 1.03 1.05 1.07 --margin 1.25 inf --scale 1.10
+
+``--dump FILE`` writes the cell-runs read (each stage's samples per side, the planted
+factor) as JSON: ``tests/fixtures/gate_processes.json`` holds some for the replay test.
+
+Prints one JSON line per design and planted factor: cell-runs, how many were flagged
+slower, faster, and the per cent caught (slowed) or falsely flagged (unchanged).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import os
-import random
-import statistics
-import subprocess
+import math
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLER = """
-import json, sys
-sys.path.insert(0, {root!r})
-from asv_runner.discovery import get_benchmark_from_name
-bench = get_benchmark_from_name({bench_dir!r}, {name!r})
-bench.repeat = ({samples}, {samples}, 1e9)  # exactly this many samples, as asv's -a repeat
-if bench.do_setup():
-    print(json.dumps(None))
-else:
-    result = bench.do_run()
-    bench.do_teardown()
-    print(json.dumps(result["samples"]))
-"""
+sys.path.insert(0, str(ROOT))
+
+from mhabench.analysis.process_compare import compare, lean, two_stage  # noqa: E402
+from mhabench.suite.rounds import (  # noqa: E402
+    SAMPLES,
+    process_medians,
+    read_cells,
+    result_files,
+)
 
 
-def sample_processes(name: str, processes: int, samples: int) -> list[list[float]]:
-    """``processes`` fresh processes of one asv cell, ``samples`` samples each."""
-    code = SAMPLER.format(root=str(ROOT), bench_dir=str(ROOT / "benchmarks"), name=name,
-                          samples=samples)
-    out = []
-    for _ in range(processes):
-        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                              text=True, timeout=600, env=os.environ.copy())
-        if done.returncode != 0:
-            raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
-        got = json.loads(done.stdout.strip().splitlines()[-1])
-        if got is None:
-            return []
-        out.append(got)
+@dataclass
+class CellRun:
+    """One cell of one gate run: each stage's samples per side, in timing order
+    (:data:`~mhabench.suite.rounds.SAMPLES` consecutive samples a process)."""
+
+    run: str
+    cell: str
+    planted: float  # the slowdown planted at the head (1.0: the same code)
+    screen: tuple[list[float], list[float]]
+    confirm: tuple[list[float], list[float]] | None  # None: the screen did not pass it on
+
+
+def read_stage(stage: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """Each cell's (base, head) samples of one recorded stage."""
+    if not (stage / "commits.txt").is_file():
+        return {}
+    base, head = (stage / "commits.txt").read_text().split()
+    files = [result_files(stage / "results", c) for c in (base, head)]
+    out = {}
+    for env_name, path in files[0].items():
+        before, after = read_cells(path), read_cells(files[1].get(env_name))
+        for cell, samples in before.items():
+            if samples and after.get(cell):
+                out[cell] = (samples, after[cell])
     return out
 
 
-def mark(a: list[float], b: list[float], factor: float) -> str:
-    """asv compare's mark for before ``a`` and after ``b`` at ``factor``: "+" (slower),
-    "-" (faster) or ""."""
-    from asv.commands.compare import _is_result_better
-    from asv_runner.statistics import compute_stats
-
-    va, sa = compute_stats(a, 1)
-    vb, sb = compute_stats(b, 1)
-    if _is_result_better(vb, va, (sb, b), (sa, a), factor):
-        return "-"
-    return "+" if _is_result_better(va, vb, (sa, a), (sb, b), factor) else ""
+def planted_factor(cell: str, planted: dict[str, float]) -> float:
+    """The slowdown planted in ``cell`` ("torch/fused" -> 1.10 in ``planted``)."""
+    for key, factor in planted.items():
+        framework, backend = key.split("/")
+        if f"('{framework}', '{backend}'," in cell:
+            return factor
+    return 1.0
 
 
-def flagged(a: list[float], b: list[float], factor: float) -> bool:
-    """asv compare's verdict between two sides' samples: + or - at ``factor``."""
-    return mark(a, b, factor) != ""
+def recorded_runs(log: Path) -> list[CellRun]:
+    """Every cell-run of the runs a ``tests/test_asv_regression.py`` log lists."""
+    out = []
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        run = json.loads(line)
+        folder = Path(run["folder"])
+        screen, confirm = read_stage(folder / "screen"), read_stage(folder / "confirm")
+        for cell, sides in screen.items():
+            out.append(CellRun(f"{run['case']}#{run['run']}", cell,
+                               planted_factor(cell, run.get("planted", {})), sides,
+                               confirm.get(cell)))
+    return out
 
 
-def draw(pool: list[list[float]], rounds: int, per_round: int,
-         rng: random.Random) -> tuple[list[float], list[float]]:
-    """Two sides of ``rounds`` disjoint random processes from ``pool``, ``per_round``
-    samples of each."""
-    chosen = rng.sample(range(len(pool)), 2 * rounds)
-    return ([s for i in chosen[:rounds] for s in pool[i][:per_round]],
-            [s for i in chosen[rounds:] for s in pool[i][:per_round]])
+def judge(screen: tuple[Sequence[float], Sequence[float]],
+          confirm: tuple[Sequence[float], Sequence[float]] | None, rounds: tuple[int, int],
+          factors: tuple[float, float], margin: float, scale: float = 1.0) -> str:
+    """The gate's verdict on the first ``rounds`` processes a side of each stage: "slower",
+    "faster", "cleared" (passed on, not confirmed), "unchanged", or "unknown" (the
+    screen passes it on and no confirmation was recorded to replay)."""
+    def cut(sides: tuple[Sequence[float], Sequence[float]], n: int) -> tuple[list, list]:
+        base, head = process_medians(sides[0]), process_medians(sides[1])
+        return base[:n], [x * scale for x in head[:n]]
 
-
-def replay(pool: list[list[float]], rounds: int, per_round: int, factor: float,
-           trials: int, rng: random.Random) -> dict[str, float]:
-    """Flag rates of a design over ``trials`` random disjoint draws from ``pool``."""
-    counts = {"false": 0, "miss_1.25": 0, "miss_1.5": 0}
-    for _ in range(trials):
-        a, b = draw(pool, rounds, per_round, rng)
-        counts["false"] += flagged(a, b, factor)
-        for slow in (1.25, 1.5):
-            counts[f"miss_{slow}"] += not flagged(a, [x * slow for x in b], factor)
-    return {k: v / trials for k, v in counts.items()}
-
-
-def lean(a: list[float], b: list[float], factor: float) -> str:
-    """The gate's screen: the way a cell asv marks at ``factor`` leans ("+" slower, "-"
-    faster; marks "+", "-" and "~", the ratio of medians beyond it either way, significant
-    or not), or "" for a cell it does not pass on. asv's value is the median, so within
-    the factor it marks nothing."""
-    ratio = statistics.median(b) / statistics.median(a)
-    if 1 / factor <= ratio <= factor:
-        return ""
-    return "+" if ratio > 1 else "-"
-
-
-def replay_gate(pool: list[list[float]], screen: tuple[int, int], screen_factor: float,
-                confirm: tuple[int, int], factor: float, trials: int,
-                rng: random.Random) -> dict[str, float]:
-    """Rates of the two-stage gate: the screen passes a cell on (``lean``), a fresh
-    confirmation must flag it the same way. Each stage draws its own processes (disjoint
-    within the stage; the pool is too small for both stages to be disjoint from each
-    other)."""
-    counts = {"passed_on": 0, "false": 0, "miss_1.25": 0, "miss_1.5": 0}
-    for _ in range(trials):
-        a, b = draw(pool, *screen, rng)
-        ca, cb = draw(pool, *confirm, rng)
-        way = lean(a, b, screen_factor)
-        counts["passed_on"] += way != ""
-        counts["false"] += way != "" and mark(ca, cb, factor) == way
-        for slow in (1.25, 1.5):
-            caught = (lean(a, [x * slow for x in b], screen_factor) == "+"
-                      and mark(ca, [x * slow for x in cb], factor) == "+")
-            counts[f"miss_{slow}"] += not caught
-    return {k: v / trials for k, v in counts.items()}
+    first = compare(*cut(screen, rounds[0]), margin=margin)
+    if not lean(first, factors[0]):
+        return "unchanged"
+    if confirm is None or min(len(confirm[0]), len(confirm[1])) < rounds[1] * SAMPLES:
+        return "unknown"
+    return two_stage(first, compare(*cut(confirm, rounds[1]), margin=margin),
+                     screen_factor=factors[0], factor=factors[1])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("pattern", nargs="?", default=r"bench_gqa\.MhaGqaMqa\.time_step\(")
-    parser.add_argument("--processes", type=int, default=24)
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--designs", nargs="+", default=["8x3", "8x8", "12x3", "16x2"],
-                        help="ROUNDSxSAMPLES per round")
-    parser.add_argument("--factor", type=float, default=1.12)
-    parser.add_argument("--gate", nargs=3, metavar=("SCREEN", "SCREEN_FACTOR", "CONFIRM"),
-                        default=None, help="replay the two-stage gate instead, e.g. "
-                        "8x3 1.07 16x3 (mhabench.suite.gate's settings)")
-    parser.add_argument("--trials", type=int, default=400)
-    parser.add_argument("--save", default=None)
-    parser.add_argument("--load", default=None)
+    parser.add_argument("--log", type=Path, required=True, action="append",
+                        help="JSON lines of tests/test_asv_regression.py (repeatable)")
+    parser.add_argument("--screen", type=int, nargs="+", default=[8])
+    parser.add_argument("--confirm", type=int, nargs="+", default=[12])
+    parser.add_argument("--factor", type=float, nargs="+", default=[1.05],
+                        help="the screen's and the confirmation's factor (one value: both)")
+    parser.add_argument("--margin", type=float, nargs="+", default=[1.25])
+    parser.add_argument("--scale", type=float, nargs="*", default=[],
+                        help="replayed slowdowns of the unchanged cells, e.g. 1.10")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="write the cell-runs read (samples, planted factor) as JSON")
     args = parser.parse_args(argv)
-    designs = []
-    for text in args.designs:
-        rounds, per_round = (int(x) for x in text.split("x"))
-        if 2 * rounds > args.processes or per_round > args.samples:
-            parser.error(f"design {text} needs {2 * rounds} processes of {per_round} "
-                         f"samples; have --processes {args.processes} --samples {args.samples}")
-        designs.append((rounds, per_round))
-    if args.load:
-        pools = json.loads(Path(args.load).read_text())
-    else:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from support.asv_vs_measure import time_benchmarks
-
-        pools = {}
-        for name, index, _cell in time_benchmarks(args.pattern):
-            pool = sample_processes(f"{name}-{index}", args.processes, args.samples)
-            if pool:
-                pools[f"{name}-{index}"] = pool
-        if args.save:
-            Path(args.save).write_text(json.dumps(pools))
-    rng = random.Random(0)
-    if args.gate:
-        screen, confirm = (tuple(int(x) for x in t.split("x")) for t in args.gate[::2])
-        for cell, pool in pools.items():
-            rates = replay_gate(pool, screen, float(args.gate[1]), confirm, args.factor,
-                                args.trials, rng)
-            print(json.dumps({"cell": cell, "gate": " ".join(args.gate),
-                              **{k: round(v, 4) for k, v in rates.items()}}), flush=True)
-        return 0
-    for cell, pool in pools.items():
-        medians = sorted(sorted(p)[len(p) // 2] for p in pool)
-        spread = medians[-1] / medians[0]
-        for rounds, per_round in designs:
-            rates = replay(pool, rounds, per_round, args.factor, args.trials, rng)
-            print(json.dumps({"cell": cell, "design": f"{rounds}x{per_round}",
-                              "process_median_spread": round(spread, 3),
-                              **{k: round(v, 4) for k, v in rates.items()}}), flush=True)
+    cells = [c for log in args.log for c in recorded_runs(log)]
+    if not cells:
+        parser.error("the logs list no recorded gate run with results")
+    if args.dump:
+        args.dump.write_text(json.dumps([vars(c) for c in cells]) + "\n")
+    cases = [(c.planted, 1.0, c) for c in cells]
+    cases += [(s, s, c) for s in args.scale for c in cells if c.planted == 1.0]
+    for screen, confirm, factor, margin in itertools.product(
+            args.screen, args.confirm, args.factor, args.margin):
+        seen: dict[tuple[float, bool], list[str]] = {}
+        for slowdown, scale, cell in cases:
+            seen.setdefault((slowdown, scale != 1.0), []).append(
+                judge(cell.screen, cell.confirm, (screen, confirm), (factor, factor),
+                      margin, scale))
+        for (slowdown, replayed), verdicts in sorted(seen.items()):
+            known = [v for v in verdicts if v != "unknown"]
+            slower, faster = known.count("slower"), known.count("faster")
+            rate = (slower if slowdown > 1 else slower + faster) / max(len(known), 1)
+            print(json.dumps({
+                "design": f"screen {screen} / confirm {confirm} at {factor}x, margin "
+                          f"{'inf' if math.isinf(margin) else margin}",
+                "planted": slowdown, "replayed": replayed, "cell_runs": len(known),
+                "unknown": len(verdicts) - len(known), "slower": slower, "faster": faster,
+                ("caught_%" if slowdown > 1 else "false_%"): round(100 * rate, 1)}))
     return 0
 
 

@@ -195,9 +195,11 @@ def test_the_report_names_the_plugin_against_its_baseline(tmp_path: Path) -> Non
 
 
 # ----- end to end ----------------------------------------------------------------------------
-# The plug-in's and the baseline's time cells (9 each on the tiny grid: the head sweep,
-# GQA/MQA, forward and train, and KV-cache decode), sub-millisecond steps.
-BENCHES = r"^bench_mhabench\.\w+\.time_step"
+# The plug-in's and the baseline's time cells of the head sweep and GQA/MQA (5 each on the
+# tiny grid, sub-millisecond steps; forward/train and decode, 4 more each, add CI time, and
+# a decode step spends too little of its time in the map to slow 1.5x).
+BENCHES = r"^bench_mhabench\.(HeadsAtFixedWidth|MhaGqaMqa)\.time_step"
+MINE = 5
 PLANTED_AT = 2  # the third of the four commits
 
 
@@ -235,7 +237,8 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     mine = steps["cell"].str.contains(f"backend={PLUGIN},", regex=False)
     planted = mine & (steps["step at commit"] == at[:8])
     listed = steps[planted & steps["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
-    assert len(listed) >= 6, listed.to_string()  # of the plug-in's 9 cells
+    # one asv process a cell and commit: a burst of the machine may hide one step
+    assert len(listed) >= MINE - 1, listed.to_string()
     elsewhere = steps[~planted & steps["verdict"].isin(CONFIRMED_VERDICTS)]
     assert elsewhere.empty, elsewhere.to_string()
     finding = next(x for x in (tmp_path / "history.md").read_text().splitlines()
@@ -248,7 +251,7 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     print(gate.stdout)
     assert gate.returncode == 1, (gate.stdout + gate.stderr)[-3000:]
     slower = [line for line in gate.stdout.splitlines() if line.startswith("SLOWER")]
-    assert len([c for c in slower if f"'{PLUGIN}'" in c]) >= 6, gate.stdout
+    assert len([c for c in slower if f"'{PLUGIN}'" in c]) == MINE, gate.stdout
     assert not [c for c in slower if "'fused'" in c], gate.stdout
     assert "FAILED" not in gate.stdout
 

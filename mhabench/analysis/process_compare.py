@@ -101,11 +101,12 @@ def verdict(result: Comparison, factor: float = FACTOR) -> str:
     return "unchanged"
 
 
-def two_stage(screen: Comparison, confirm: Comparison | None) -> str:
+def two_stage(screen: Comparison, confirm: Comparison | None, *,
+              screen_factor: float = SCREEN_FACTOR, factor: float = FACTOR) -> str:
     """The verdict of a cell the screen passed on: "slower" or "faster" where the
     confirmation's fresh processes find it changed (:func:`verdict`) the way the screen
     leaned, "cleared" otherwise (a flag against the screen's lean is noise in one stage:
     counting it would double the false flags and catch no real change)."""
-    said = verdict(confirm) if confirm is not None else "unchanged"
-    way = lean(screen)
+    said = verdict(confirm, factor) if confirm is not None else "unchanged"
+    way = lean(screen, screen_factor)
     return said if said != "unchanged" and (said == "slower") == (way == "+") else "cleared"

@@ -319,9 +319,9 @@ class AttentionBenchmark(abc.ABC):
 
     number = 1  # one synchronised step per sample (asv forces it when setup exists)
     rounds = grid(tiny=1, quick=1, full=2)
-    # (min samples, max samples, seconds): at least 8 a side (asv's Mann-Whitney test at
-    # p < 0.002 can call nothing below 7 a side), more where a step is fast. The README's
-    # regression gate sets its own rounds and repeat (-a): 8 rounds of 3-8 samples.
+    # (min samples, max samples, seconds): at least 8 (asv compare's Mann-Whitney test at
+    # p < 0.002 can call nothing below 7 a side), more where a step is fast. The regression
+    # gate sets its own rounds and repeat (-a): 8 and 12 rounds of exactly 5 samples.
     repeat = grid(tiny=(8, 30, 0.3), quick=(8, 30, 0.3), full=(15, 60, 10.0))
     # asv's own warm-up calls, after prepare's and the settle: without them the first
     # sample or two of a process still ran up to 2x slow in asv's timer, though the same

@@ -77,8 +77,8 @@ class TimeStep(AttentionBenchmark):
     re-runs ``setup`` before every sample, so setup is a cached lookup (build, compile and
     warm-up ran once per process in ``timing.prepare``, and the heap settles in
     ``time_step``'s own setup); ``warmup_time`` adds warm calls before the samples, and
-    ``repeat`` asks for enough samples for asv's Mann-Whitney test (``asv continuous``/
-    ``compare``) to call a change significant (7 a side at least)."""
+    ``repeat`` asks for enough samples for asv compare's Mann-Whitney test to call a change
+    significant (7 a side at least); the gate sets its own (``mhabench.suite.rounds``)."""
 
     def time_step(self, *params: Any) -> None:
         self.step()
