@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -208,7 +209,11 @@ PLANTED_AT = 2  # the third of the four commits
 def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Path,
                                                                     asv_home) -> None:
     repo = plugin_checkout(tmp_path)
-    done = mhabench(repo, "init", "--grid", "tiny", "--mhabench", str(mhabench_wheel(tmp_path)))
+    wheel = mhabench_wheel(tmp_path)
+    seconds = {}  # each user command's time here, printed for the docs
+    start = time.monotonic()
+    done = mhabench(repo, "init", "--grid", "tiny", "--mhabench", str(wheel))
+    seconds["init"] = time.monotonic() - start
     assert done.returncode == 0, done.stderr
     borrow_frameworks(repo, tmp_path)
     (repo / ".gitignore").write_text(".asv/\n")
@@ -221,15 +226,19 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     commits.append(commit_all(repo, "README: no code change"))
     (tmp_path / "commits.txt").write_text("\n".join(commits) + "\n")
     env = {**asv_home, "MHABENCH_PREIMPORT": "torch"}
+    start = time.monotonic()
     run = subprocess.run([*ASV, "run", "--record-samples", "--machine", "pytest-machine",
                           "--show-stderr", "-b", BENCHES, f"HASHFILE:{tmp_path / 'commits.txt'}"],
                          cwd=repo, env={**os.environ, **env, "PYTHONPATH": ""},
                          capture_output=True, text=True, timeout=1800)
+    seconds["asv run (4 commits)"] = time.monotonic() - start
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     at = commits[PLANTED_AT]
 
+    start = time.monotonic()
     report = mhabench(repo, "report", "--results", ".asv/results", "--out",
                       str(tmp_path / "history.html"), env=env, timeout=600)
+    seconds["report"] = time.monotonic() - start
     assert report.returncode == 0, report.stderr[-3000:]
     steps = pd.read_csv(tmp_path / "history_tables" / "regressions--steps.csv",
                         dtype={"step at commit": str, "previous commit": str})
@@ -246,8 +255,10 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     assert f"{PLUGIN} (PyTorch) at {commits[-1][:8]} against PyTorch fused" in finding
     assert f"x at {at[:8]} (" in finding, finding
 
+    start = time.monotonic()
     gate = mhabench(repo, "gate", "--machine", "pytest-machine", "-b", BENCHES, commits[1], at,
                     env=env, timeout=3000)
+    seconds["gate"] = time.monotonic() - start
     print(gate.stdout)
     assert gate.returncode == 1, (gate.stdout + gate.stderr)[-3000:]
     slower = [line for line in gate.stdout.splitlines() if line.startswith("SLOWER")]
@@ -256,7 +267,10 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     assert "FAILED" not in gate.stdout
 
     cell = listed["asv cell"].iloc[0]
+    start = time.monotonic()
     confirm = mhabench(repo, "confirm", "--results", ".asv/results", "--cell",
                        "^" + re.escape(cell) + "$", "--at", at[:8], env=env, timeout=1200)
+    seconds["confirm (1 cell)"] = time.monotonic() - start
+    print("seconds:", json.dumps({k: round(v, 1) for k, v in seconds.items()}))
     assert confirm.returncode == 1, (confirm.stdout + confirm.stderr)[-3000:]
     assert "1 of 1 step(s) confirmed" in confirm.stdout

@@ -45,7 +45,6 @@ SLOWED = """    for _ in range(warmup):
 
     return slowed
 """
-FRAMEWORKS = ("torch", "jax")
 
 
 def git(repo: Path, *args: str) -> str:
