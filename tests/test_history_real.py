@@ -4,7 +4,7 @@ that change no code), each timed by ``asv run --record-samples`` on part of the 
 with the suite's own settings, then ``mhabench report`` and ``mhabench confirm`` as a user
 runs them. Nine in ten planted cells at least must hold at their commit (or be candidates
 there, where a run of the history was disturbed), at most two cells hold anywhere else;
-one planted cell re-measured by ``mhabench confirm`` reads "confirmed by 16 interleaved
+one planted cell re-measured by ``mhabench confirm`` reads "confirmed by 12 interleaved
 rounds" in the next report.
 
 Why 2x and eight commits: on these VMs about a third of fresh processes run 1.4-1.6x
@@ -36,6 +36,7 @@ from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.results import load_results
 from mhabench.measure.machine_load import read_records
+from mhabench.suite.rounds import CONFIRM_ROUNDS
 
 # The tiny grid's torch time_step cells of the loop, batched and fused backends in the
 # sweep modules (48: 18 fused, 30 that the plant leaves alone), about 35 s of asv a commit;
@@ -155,7 +156,7 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     again = history.report(tmp_path / "again.html")
     row = again[(again["asv cell"] == cell) & (again["step at commit"] == at)]
     assert row["verdict"].tolist() == ["confirmed"]
-    assert "confirmed by 16 interleaved rounds" in row["why"].iloc[0]
+    assert f"confirmed by {CONFIRM_ROUNDS} interleaved rounds" in row["why"].iloc[0]
     assert not (tmp_path / "results" / "pytest-machine").joinpath("confirm").exists()
 
 

@@ -28,8 +28,9 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    a 1.5x step. The run effects of step 2 are then estimated again with the groups'
    steps taken out of their cells (a change of code is no move of the machine's).
 6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
-   either side in 16 fresh interleaved rounds (``asv continuous``, the gate's second
-   stage); its verdicts (:mod:`mhabench.analysis.confirmations`) make a step
+   either side in 12 fresh interleaved rounds, one median per process (the gate's second
+   stage, :func:`mhabench.suite.gate.confirm`); its verdicts
+   (:mod:`mhabench.analysis.confirmations`) make a step
    **confirmed** or **cleared**.
 
 ``peakmem_``, ``mem_`` and ``track_`` cells (one value per commit) are judged the same
@@ -231,9 +232,11 @@ def _step(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
                                history.commits[after]))
     if found is not None:
         verdict = found.verdict
-        reason = (f"{found.verdict} by {found.rounds} interleaved rounds (asv continuous at "
-                  f"factor {found.factor:g}: "
-                  + ("n/a" if found.ratio is None else f"{found.ratio:.2f}x") + ")")
+        interval = ("" if found.low is None or found.high is None
+                    else f" [{found.low:.2f}, {found.high:.2f}]")
+        reason = (f"{found.verdict} by {found.rounds} interleaved rounds of fresh processes "
+                  f"(factor {found.factor:g}: "
+                  + ("n/a" if found.ratio is None else f"{found.ratio:.2f}x{interval}") + ")")
     elif not clean[0] or not clean[1]:
         k = seg_a[0] if not clean[1] else seg_b[0]
         verdict, reason = "disturbed", "rests only on a disturbed run: " + _why(

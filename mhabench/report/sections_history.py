@@ -25,6 +25,7 @@ from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
 from mhabench.measure.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
+from mhabench.suite.rounds import CONFIRM_ROUNDS
 
 CONFIRM_COMMAND = "mhabench confirm --results {results}"
 
@@ -228,8 +229,9 @@ def regressions_section(ctx: Context) -> Section:
         section.text.append(
             "A candidate, or a step resting on a disturbed run, is not yet a regression: "
             "re-measure it. `" + CONFIRM_COMMAND.format(results=ctx.results.root) + "` re-runs "
-            "each of them (and every step that holds) at the commits on either side in 16 "
-            "fresh interleaved rounds (asv continuous, as the gate's second stage) and saves "
+            "each of them (and every step that holds) at the commits on either side in "
+            f"{CONFIRM_ROUNDS} fresh interleaved rounds of processes (the gate's second "
+            "stage) and saves "
             "the verdicts beside the results; build the report again and each reads "
             "confirmed or cleared.")
     loads = ("recorded" if ctx.loads else "not recorded (no records beside the results: "
