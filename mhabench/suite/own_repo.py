@@ -28,11 +28,11 @@ from pathlib import Path
 
 from mhabench.core import backends
 from mhabench.core.config import FRAMEWORKS
+from mhabench.suite.shard import GRIDS
 from mhabench.suite.sides import local_digest
 
 CONFIG = "asv.conf.json"
 MODULE = Path("benchmarks") / "bench_mhabench.py"
-GRIDS = ("tiny", "quick", "full")
 DEFAULT_BASELINES = ("fused",)
 PIN_VAR = "MHABENCH_PIN"
 # Which packages pin a framework in the environment (numpy: mhabench's own dependency).
