@@ -65,14 +65,11 @@ def _same_level(y: np.ndarray, segments: Sequence[tuple[int, int]], levels: Sequ
     """Segment ``i`` widened over its neighbours away from the step (``way`` -1: earlier,
     +1: later) while the next one's level lies within ``within`` (the threshold, in log) of
     the widened span's median, or nearer it than halfway to ``other`` (the level across
-    the step). A change below the threshold is no step, and the Potts solver splits a
-    series whose noise is small at such wiggles: a backend's median cell over eight
-    commits, 2.2x slower at the fifth, read +0.45 there and +0.35 to +0.41 after it (log,
-    0.02 noise); split off, the step rested on one commit and read as a candidate where it
-    held over four. Nor is a partial return a step: a burst of the VM that slowed half of
-    that backend's cells again at the plant's commit read it 2.7x there and 2.2x after;
-    cut off, the group's step was a candidate, and taken out of the later commits at 2.7x
-    it pulled their run effects 8 % down, so that another backend "held" a 1.16x step."""
+    the step). A change below the threshold is no step, though the Potts solver splits a
+    series whose noise is small at such wiggles and leaves the step resting on one commit;
+    nor is a partial return after a burst of the machine, which would otherwise set the
+    step's size by the burst and charge the excess to the later runs
+    (docs/research.md, "Regressions across commits")."""
     lo = hi = i
     while 0 <= (nxt := lo - 1 if way < 0 else hi + 1) < len(segments):
         here = float(np.median(y[segments[lo][0]:segments[hi][1]]))

@@ -3,7 +3,8 @@
 A decode step's time is its reads: the K/V cache as its backend lays it out (or the h-wide
 copy a repeating backend writes), the cache copies a compiled JAX step makes, and the
 projection weights. :mod:`mhabench.analysis.features` arranges these counts into the
-``kv``, ``kv_copy`` and ``kv_spill`` columns (why each counts, with figures, is there).
+``kv``, ``kv_copy`` and ``kv_spill`` columns (why each counts is there; the figures are in
+docs/research.md).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ REPEATS_KV = frozenset({"batched"})
 # it 4 times (self steps) and the fused step transposes and copies it (self and cross).
 XLA_SELF_CACHE_COPIES = {"batched": 4, "blockwise": 2}
 XLA_ONE_HEAD_COPIES = {("loop", False): 4, ("fused", False): 2, ("fused", True): 2}
-# ... and the fused step does the same at batch 1 with any number of K/V heads (HLO at m 300,
-# h_kv 1-4, and at m 344 and 765: b x h_kv holds one non-trivial axis either way).
+# ... and the fused step does the same at batch 1 with any number of K/V heads: b x h_kv
+# then holds one non-trivial axis, as with a single K/V head.
 XLA_BATCH_ONE_COPIES = frozenset({"fused"})
 
 
@@ -67,9 +68,8 @@ def decode_kv_bytes(config: AttentionConfig) -> int:
     """Bytes of keys/values a decode step reads every call (the m + 1 positions the cache
     holds after the write), as its backend lays them out: the h_kv-wide cache, or its h-wide
     copy for a backend that repeats K/V (:data:`REPEATS_KV`), which writes and reads that
-    copy each call (judged by the stored cache alone, batched MQA decode steps whose copy
-    outgrew the cache ran 3.5x their prediction). 0 for the other modes, whose K/V are
-    fresh."""
+    copy each call: the stored cache alone would miss what an MQA step's copy adds. 0 for
+    the other modes, whose K/V are fresh."""
     return decode_kv_elements(config) * DTYPE_BYTES[config.dtype]
 
 

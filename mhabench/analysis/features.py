@@ -4,38 +4,27 @@ Every count comes from :func:`mhabench.core.cost.cost` and, for what a decode st
 and copies, :mod:`mhabench.analysis.decode_reads`; here they are only arranged into the
 columns a fit needs, per config (whole batch, one step of its mode; a training step
 multiplies the map, weight, head and per-call terms by ``TRAIN_FACTOR`` as its FLOPs).
-Why each term is in: docs/report.md; the figures that put it in: CHANGELOG.md.
+Why each term is in: docs/report.md; the figures that put it in: docs/research.md.
 
-- ``flops``: the chapter's count (projections + scores + mixing) at one matmul rate;
-  ``train_flops``: a training step's again, for the backward's slower matmuls.
-- ``unaligned_flops``, ``unaligned_map``: ``flops`` and ``map`` again for a forward or
-  training step whose n, m, d or p is off a multiple (or divisor) of :data:`ALIGN` floats,
-  which the kernels run on slower paths; ``unaligned_rows``: the score rows (b*h*n) of
-  those whose m or p is off, each row's scalar tail past its last whole vector.
-- ``map``: one per score (b*h*n*m): the elementwise work and the narrow-head penalty (a
-  matmul over a contraction of width p runs at about p / (p + p0) of its rate); JAX
-  blockwise scores whole tiles of keys, padding included (:func:`scored_keys`).
-- ``decode_scores``: a decode step's scores again (matrix-vector products, each cache row
-  read once); ``spill``: the map past a cache size, where the kernel writes it
-  (:func:`mhabench.core.kernel_codes.materialises`; tiled kernels never spill).
-- ``kv``: the K/V elements a decode step reads, as its backend lays them out (the cache,
-  or the h-wide copy of a backend that repeats K/V); other modes' K/V are fresh
-  projections the FLOPs count. ``kv_copy``: the K/V it copies before the read, as often as
-  the compiled step does (XLA's cache copies: a test reads the HLO). ``kv_spill``: the part
-  of both past a cache size, decided by the step's whole working set, weights included
-  (:func:`decode_working_set_bytes`); fitted only where two cells read most K/V past it.
-- ``weights``: the projection weights read once a call (a decode step's few FLOPs leave
-  that traffic out); ``weights_gemm``: again wherever the projections are matrix products
-  (all but a batch-1 decode step: a BLAS's GEMM path costs more per weight than a GEMV);
-  ``weight_grads``: the gradients a training step writes, the weights once.
-- ``loop_heads``: the loop backend's per-head passes over full-width activations,
-  b*d*(rows*h + projected*h_kv) (narrow matmuls far below one d-wide projection's rate).
-- ``heads``, ``const``: fixed costs per head and per call (the ops a step dispatches);
-  ``projects_kv``: per call of a step that projects K/V (all but cross decode; not fitted
-  where it equals ``const``); ``masked``: per call of a masked step, only where the step
-  dispatches the mask's ops (:func:`masks_fused`: jit and torch.compile fuse them).
-- ``block_mask``: the padded (b, rows, keys) mask a backend builds on every masked call
-  (:func:`mhabench.core.cost.block_mask_elements`, FlexAttention's ``create_block_mask``).
+- ``flops`` at one matmul rate; ``train_flops``: a training step's again (slower backward).
+- ``unaligned_flops``, ``unaligned_map``, ``unaligned_rows``: ``flops``, ``map`` and the
+  score rows (b*h*n) again where n, m, d or p is off a multiple (or divisor) of
+  :data:`ALIGN` floats, which the kernels run on slower paths.
+- ``map``: one per score (b*h*n*m): elementwise work and the narrow-head penalty; JAX
+  blockwise scores whole tiles of keys (:func:`scored_keys`). ``spill``: the map past a
+  cache size, where the kernel writes it. ``decode_scores``: a decode step's scores again.
+- ``kv``: the K/V elements a decode step reads, as its backend lays them out; ``kv_copy``:
+  those it copies first, as often as the compiled step does; ``kv_spill``: the part of both
+  past a cache size, decided by the step's whole working set
+  (:func:`decode_working_set_bytes`), fitted only where two cells read most K/V past it.
+- ``weights``: projection weights read once a call; ``weights_gemm``: again wherever the
+  projections are matrix products (not a batch-1 decode step's GEMVs); ``weight_grads``:
+  the gradients a training step writes.
+- ``loop_heads``: the loop backend's per-head passes over full-width activations.
+- ``heads``, ``const``: fixed costs per head and per call; ``projects_kv``: per call of a
+  step that projects K/V (all but cross decode); ``masked``: per call of a masked step that
+  dispatches the mask's ops (:func:`masks_fused`); ``block_mask``: the padded (b, rows,
+  keys) mask a backend builds per masked call (FlexAttention's ``create_block_mask``).
 """
 
 from __future__ import annotations

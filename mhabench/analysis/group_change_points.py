@@ -5,10 +5,8 @@ code moves one backend's cells together at one commit, the machine moves every b
   over that many cells (each cell's value at a commit comes from its own process).
 - :func:`code_shift`: those steps as a shift of each of the backend's cells from their
   commit on, which :func:`mhabench.analysis.regressions.regressions` takes out before it
-  estimates the run effects again (backfitting). Without it a third of the cells 1.5x
-  slower pulled each later run's effect their way by the upper quartile of the other
-  cells' scatter: on a VM whose processes scatter 30 %, the planted step of a real history
-  read 1.40x and 3.9 SDs, and held at none of its cells.
+  estimates the run effects again (backfitting): otherwise a backend's slowed cells pull
+  each later run's effect their way, and their own step shrinks below what holds.
 """
 
 from __future__ import annotations
@@ -95,9 +93,8 @@ def group_steps(key: tuple[str, str, str], group: str, rows: list[int],
     :func:`group_series` from deviations with the run effects removed). Its SD: that of a
     median over n independent cells, median_se(n) * sigma / sqrt(n), or ``series_sd``
     (:func:`series_scale`) where larger: the cells of one run are not independent on a VM
-    whose bursts slow a few seconds of cells together (a backend's median cell moved
-    1.3-1.4x at a commit that changed no code). Each with the old and the new level's spans
-    of positions in ``commits``."""
+    whose bursts slow a few seconds of cells together. Each with the old and the new
+    level's spans of positions in ``commits``."""
     keep, g, n = series
     sigma = max(float(median_se(n) * np.median(sigmas[rows]) / math.sqrt(n)), series_sd or 0.0)
     out = []

@@ -1,6 +1,6 @@
 """Timings read at the machine's quick speed: the moment's slowness taken out.
 
-A shared host runs the same step 1.25-1.9x slower in some stretches than in others
+A shared host runs the same step slower in some stretches than in others
 (:mod:`mhabench.measure.speed`), and a grid cell is one process timed over a fraction
 of a second. Each asv timing process records the machine's speed probe before and after
 its samples (:mod:`mhabench.measure.machine_load`). A cell's *slowdown* is that probe
@@ -67,10 +67,9 @@ def quick_values(cells: pd.DataFrame) -> np.ndarray:
     return values / cells[SLOWDOWN].fillna(1.0).to_numpy(dtype=float)
 
 
-# A grid whose cells' probes read a 90th percentile past this was timed in bursts: the
-# probes (2 ms before and after a cell's samples) catch only part of them. Past it whole
-# design classes read 1.3-1.8x their quiet times, some at a probe slowdown under 1.1, and
-# the report's leave-out error rises with them (quiet grids read 1.1-1.2 here).
+# A grid whose cells' probes read a 90th percentile past this was timed in bursts, which
+# the probes (2 ms before and after a cell's samples) catch only in part: whole classes
+# then run slow beyond their probes, and the fit suffers (docs/research.md).
 BURSTY_P90 = 1.3
 
 

@@ -1,42 +1,32 @@
-"""Regressions across commits: each cell's history judged by what varies between
-processes, whole-run shifts set apart, steps confirmed by re-measurement.
+"""Regressions across commits (docs/regressions.md): each cell's history judged by what
+varies between processes, whole-run shifts set apart, steps confirmed by re-measurement.
 
 1. Each cell's history on one machine and environment is put in commit order (asv's
    ``Git.get_revisions``, as ``asv publish``, when the git repository is at hand).
 2. How each whole run moved is set apart from each cell's level (a median polish of the
    log values, :mod:`mhabench.analysis.runs`); a run that moved as a whole, or was timed
-   while other processes took the machine (``mhabench.measure.machine_load``), is reported as a
-   run, not as a regression of each of its cells. Where the load records say when each
-   cell's process started, the machine's state at that moment (the cells of other
-   backends timed nearest it) is set apart too: a VM slows for seconds at a time, and a
-   run's cells with it in blocks.
+   while other processes took the machine (``mhabench.measure.machine_load``), is reported
+   as a run, not as a regression of each of its cells. Where the load records say when
+   each cell's process started, the machine's state at that moment is set apart too.
 3. asv's step detection finds the upward steps of each cell's run-adjusted log values
    (:mod:`mhabench.analysis.change_points`). The noise they must beat is the cell's
-   commit-to-commit scatter: the samples of one commit come from one process and scatter
-   far less than processes do, so a test on pooled samples (asv compare's Mann-Whitney)
-   calls noise a change; four in five "confirmed" steps of a real history were noise that
-   way.
-4. Each step's size over its noise and its support decide: it **holds** (enough SDs,
-   two or more undisturbed commits on each side), is a **candidate** (at the newest
-   commit, resting on one commit, or smaller), is **disturbed** (rests only on disturbed
-   runs), or is noise.
-5. A change confined to one framework/backend moves all of its cells at one commit: the
-   median of those cells (each its own process) is judged the same way, with the SD of a
-   median over that many cells (:mod:`mhabench.analysis.group_change_points`), and each of its
-   cells that moved the same way takes the group's verdict. On the tiny grid, whose
-   sub-millisecond cells scatter 10-25 % from process to process, only the group can tell
-   a 1.5x step. The run effects of step 2 are then estimated again with the groups'
-   steps taken out of their cells (a change of code is no move of the machine's).
+   commit-to-commit scatter: one commit's samples come from one process and scatter far
+   less than processes do, so a test on pooled samples calls noise a change.
+4. Each step's size over its noise and its support decide: it **holds** (enough SDs, two
+   or more undisturbed commits on each side), is a **candidate** (at the newest commit,
+   resting on one commit, or smaller), is **disturbed** (rests only on disturbed runs), or
+   is noise.
+5. A change of one framework/backend moves all its cells at one commit: their median is
+   judged the same way (:mod:`mhabench.analysis.group_change_points`), and each cell that
+   moved the same way takes the group's verdict; then the run effects are estimated again
+   with the groups' steps taken out (a change of code is no move of the machine's).
 6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
-   either side in 12 fresh interleaved rounds, one median per process (the gate's second
-   stage, :func:`mhabench.suite.gate.confirm`); its verdicts
-   (:mod:`mhabench.analysis.confirmations`) make a step
-   **confirmed** or **cleared**.
+   either side in fresh interleaved rounds (:func:`mhabench.suite.gate.confirm`); its
+   verdicts (:mod:`mhabench.analysis.confirmations`) make a step **confirmed** or
+   **cleared**.
 
-``peakmem_``, ``mem_`` and ``track_`` cells (one value per commit) are judged the same
-way, by their history alone.
-
-As in asv, a higher value is worse for every benchmark type.
+``peakmem_``, ``mem_`` and ``track_`` cells (one value per commit) are judged the same way,
+by their history alone. As in asv, a higher value is worse for every benchmark type.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ commit-to-commit noise.
 The unit of evidence is the process. In the shipped grids (tiny, quick: ``rounds = 1``)
 every sample of a cell at one commit comes from one asv process, and the samples of one
 process share its state (heap layout, frequency, neighbours on the VM): they scatter far
-less than fresh processes do (per-process medians spread 1.3-2.8x here,
-``scripts/gate_design.py``), so a test that pools them as independent calls noise a change.
+less than fresh processes do (``scripts/gate_design.py`` shows it on recorded gate runs),
+so a test that pools them as independent calls noise a change.
 The full grid's two rounds are concatenated by asv without their boundaries. So a cell's
 noise is measured where processes differ: between its commits, as the robust scale of the
 changes from commit to commit (:func:`noise_scales`).
@@ -98,9 +98,8 @@ def run_effects(x: np.ndarray, groups: Sequence[str] | None = None, iterations: 
     A commit's run effect is the median of its cells' deviations weighted so that each
     of ``groups`` (each cell's framework/backend; "" for a cell of its own) weighs the
     same: the machine moves every backend, a change of code moves one. Unweighted, a
-    third of the cells 1.5x slower pulled the median 9 % their way, taking that much from
-    their step and charging it to every other cell (the tiny grid's torch fused, 18 of
-    58 cells)."""
+    backend with many cells that slowed would pull the median its way, taking that much
+    from its own step and charging it to every other cell."""
     labels = [g or f"#{i}" for i, g in enumerate(groups)] if groups is not None else [
         f"#{i}" for i in range(len(x))]
     sizes = {g: labels.count(g) for g in set(labels)}
@@ -168,10 +167,9 @@ def local_effects(deviations: np.ndarray, starts: np.ndarray, groups: Sequence[s
     ``starts``: when each cell's process began (NaN unknown). 0 where fewer than
     :data:`MIN_LOCAL_CELLS` such cells are known.
 
-    Why: a cell's asv process times it for a tenth of a second, and on a shared VM the
-    machine slows 1.5-2.7x for seconds at a time: a run's cells are slowed in blocks, and
-    a backend's cells, which asv times side by side, together (one run effect per commit
-    left a backend's median cell 1.3-1.5x off at commits that changed no code)."""
+    Why: a cell's asv process times it for a tenth of a second, and a shared VM slows for
+    seconds at a time: a run's cells are slowed in blocks, and a backend's cells, which asv
+    times side by side, together, which one run effect per commit cannot follow."""
     out = np.zeros_like(deviations)
     labels = np.asarray([g or f"#{i}" for i, g in enumerate(groups)])
     for k in range(deviations.shape[1]):

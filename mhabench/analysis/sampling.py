@@ -24,7 +24,7 @@ from mhabench.core.cost import TRAIN_FACTOR, cost
 
 WIDEN = 2  # the random sample's box: [smallest / WIDEN, largest * WIDEN] per field
 MAX_GFLOP = 2.0  # keeps each freshly timed config to tens of ms on a 2-core CPU
-ANCHORS = 8  # grid cells re-timed with the sample (the median of 8 moves 5-10 % here)
+ANCHORS = 8  # grid cells re-timed with the sample: a median of the drift at little cost
 ANCHOR_MAX_S = 0.05  # only grid cells this fast: each visit of every round times one
 
 
@@ -118,10 +118,9 @@ def anchor_cells(cells: Mapping[Key, pd.DataFrame], keys: Sequence[Key], count: 
                  ) -> list[tuple[AttentionConfig, float]]:
     """``count`` grid cells of the groups ``keys`` (seeded), each with its asv time: timed
     with the sample, they say how much slower or faster the machine runs now than when
-    the grid was timed (:func:`mhabench.analysis.validation.machine_drift`). On these VMs
-    that moved 20 % within half an hour (the same configs, ``mhabench validate`` 25
-    minutes apart), which no model can know and which a comparison with a grid timed
-    earlier charges to the model."""
+    the grid was timed (:func:`mhabench.analysis.validation.machine_drift`). A shared VM's
+    speed moves within the hour, which no model can know and which a comparison with a
+    grid timed earlier charges to the model."""
     pool = [(config_from_row(r), float(r["value"])) for key in sorted(set(keys))
             for r in cells[key].to_dict("records") if r["value"] <= ANCHOR_MAX_S]
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ faster (:mod:`mhabench.measure.speed`), and a log residual counts such a cell as
 one read at half its time, lifting the fit toward the slow cells. A relative residual
 bounds what a slow cell can pull (a cell read 2x slow is at most 0.5 under its
 prediction) while an over-prediction costs in full. (A log refit under a soft-L1 loss left
-off-grid configs a median x1.05 over-predicted; CHANGELOG.md has the comparison.)
+off-grid configs over-predicted: docs/research.md.)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import scipy.optimize
 # The weight of a prior coefficient in :func:`pulled_nnls`: a coefficient at twice (or 0)
 # its prior costs as much as one cell about 17 % off (sqrt(0.03)), so the cells move it
 # wherever they tell it, and where they cannot tell it (few cells, terms that move
-# together) it stays near the prior. Weights from 0.01 to 0.3 fit off-grid configs alike.
+# together) it stays near the prior. Off-grid configs fit alike over a wide range of it.
 PRIOR_WEIGHT = 0.03
 
 

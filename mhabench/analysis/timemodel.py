@@ -2,30 +2,19 @@
 
 For one machine x framework x backend x device x dtype, a config's time is modelled as
 
-    t = c_flops * flops_model + c_train * training_flops + c_map * map_elements
-        + c_unaligned_flops * unaligned_flops + c_unaligned_map * unaligned_map_elements
-        + c_unaligned_rows * unaligned_score_rows
-        + c_decode_scores * decode_scores
-        + c_spill * spilled_map_elements
-        + c_kv * decode_kv_elements + c_kv_spill * kv_elements_past_the_cache
-        + c_kv_copy * copied_kv_elements + c_weights * weights
-        + c_weights_gemm * weights_in_matrix_products
-        + c_weight_grads * weight_gradients
-        + c_loop_heads * loop_passes + c_heads * heads + c_const
-        + c_projects_kv * projects_kv + c_masked * masked
-        + c_block_mask * block_mask_elements
+    t = sum over the features f of c_f * f(config)
 
-with the features of :mod:`mhabench.analysis.features` (what each one counts, and why,
-is there; every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
-group too: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one
-with the smallest relative residuals. The K/V cache size is a machine's, chosen the same
-way over all its groups together (:func:`fit_machine`); few decode cells per group could
-otherwise pick one by chance. Those choices and the coefficients are made by
-non-negative least squares on *relative* residuals (each row divided by its measured time),
-so a 2 ms cell counts as much as a 2 s one, and a cell a slow stretch of the machine read
-2x slow pulls less than an over-prediction costs (:mod:`mhabench.analysis.solvers` says
-why). A group gets the
-full model only when it has more cells than the model has coefficients (those whose
+with the features of :mod:`mhabench.analysis.features` (FLOPs, map elements, K/V reads and
+copies, weights, per-head and per-call costs, ...; what each counts, and why, is there;
+every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
+group: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one with the
+smallest relative residuals. The K/V cache size is a machine's, chosen the same way over
+all its groups together (:func:`fit_machine`); few decode cells per group could otherwise
+pick one by chance. Those choices and the coefficients are made by non-negative least
+squares on *relative* residuals (each row divided by its measured time), so a 2 ms cell
+counts as much as a 2 s one, and a cell a slow stretch of the machine read slow pulls less
+than an over-prediction costs (:mod:`mhabench.analysis.solvers` says why). A group gets
+the full model only when it has more cells than the model has coefficients (those whose
 feature is not zero on every cell); otherwise the next simpler model of
 :data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
 under-determined (:class:`UnderDetermined`), not fitted; a group with fewer than two cells
@@ -86,8 +75,8 @@ RANGE_FIELDS = ("batch", "n", "m", "d", "heads", "kv_heads")
 SEEN_FIELDS = ("mode", "cross", "masked", "causal")
 # ... and the pair of mode and cross: a group fitted on cross-attention forward steps and
 # self-attention decode steps has not seen a cross decode step (its K/V read is a cached
-# source, m new keys per query, unlike either): validated "inside" before this pair, cross
-# decode steps were over-predicted by a median 60 % on the quick grid (17 configs).
+# source, m new keys per query, unlike either), so a cross decode step is no "inside"
+# prediction of such a group.
 MODE_CROSS = "mode/cross"
 
 
@@ -189,7 +178,7 @@ def timing_cells(frame: pd.DataFrame, commits: Sequence[str] | None = None) -> p
     if cells.empty:
         return cells
     # At quick speed once: without the slowdown column, cells passed through again (the
-    # report's leave-out fits ctx.timings) keep their values (read twice, up to 1.23x off).
+    # report's leave-out fits ctx.timings) keep their values instead of being divided twice.
     cells = cells.assign(value=quick_values(cells)).drop(columns=SLOWDOWN, errors="ignore")
     keep = [*GROUP_KEY, "config_id"]
     return cells.groupby(keep, as_index=False, sort=True).agg(
@@ -259,9 +248,8 @@ def _determined(X: np.ndarray, feature: str) -> bool:
     """Whether the cells can set ``feature``'s coefficient. The K/V read past the cache
     needs :data:`MIN_SPILLED` cells that read (or copy) at least half their K/V past it
     (K/V larger than twice the cache): a cell just past the size holds a sliver of the
-    feature, and fitted to such cells alone the term took any value (a leave-out fold of
-    JAX's loop backend without its two long caches put 1 us on each element past an 8 MiB
-    cache, and predicted its 69 MB step at 16 s, 2300x its 6.9 ms)."""
+    feature, and fitted to such cells alone the term can take any value, which a long
+    cache outside the fit then multiplies."""
     if feature != "kv_spill":
         return True
     moved = kv_moved(X)
@@ -297,9 +285,8 @@ def pool_small_groups(models: Mapping[Key, TimeModel], groups: Mapping[Key, pd.D
     coefficient over the framework's well-fitted groups (at least
     :data:`MIN_PRIOR_GROUPS` fitting it; a term without one is fitted as before).
 
-    What such a group's few cells cannot tell apart lands anywhere: FlexAttention's 15
-    cells (6 decode steps) put its per-call cost at 0 and 4.3 us on each head, and its
-    decode steps off the grid read a median 28 % off their prediction; pulled, 12 %."""
+    What such a group's few cells cannot tell apart lands anywhere (a per-call cost on
+    the heads, say), and off-grid configs pay for it (docs/research.md)."""
     rates: dict[str, dict[str, list[float]]] = {}
     for key, model in models.items():
         if _well_fitted(model):

@@ -224,7 +224,7 @@ def common_scale(errors: pd.DataFrame) -> dict[str, Any]:
     """Both models' errors after one scale each: the sample's median of measured / predicted.
 
     A model fitted on another day (or another host of the same type) meets a machine whose
-    speed has moved uniformly, by 20-40 % on these shared VMs; that moves every raw error
+    speed has moved uniformly, by tens of percent on a shared VM; that moves every raw error
     and favours whichever model happened to err the same way. One scale per model (the
     same single parameter for both) removes it and leaves what a model is for: how the
     time changes from one config to another. The scales themselves say how far today's

@@ -1,14 +1,13 @@
 """Attention backends are plug-ins: one registry describes mhabench's own and a user's.
 
-A :class:`Backend` is a description: a name, the framework it runs in, what it supports
-(modes, grouped key/value heads, dropout), whether its attention writes the (b, h, n, m)
-map, and what builds its layer, one of three: ``impl``, one of mhabench's own
-implementations, by name (a layout of mhabench's layer, "reference", "compiled", ...);
-``attend``, an attention function on projected heads; or ``build``, a plug-in's whole
-layer. The registry never imports an implementation: each framework's
-``mhabench.layers.<framework>.steps`` builds a config's layer from its description.
-Configs, the asv grid, the agreement tests and the report read backends from here only,
-so a registered backend runs everywhere a built-in one does.
+A :class:`Backend` is a description: a name, its framework, what it supports (modes,
+grouped key/value heads, dropout), whether its attention writes the (b, h, n, m) map, and
+what builds its layer: ``impl``, one of mhabench's own implementations by name (a layout
+of mhabench's layer, "reference", "compiled", ...), ``attend``, an attention function on
+projected heads, or ``build``, a plug-in's whole layer. The registry never imports an
+implementation: each framework's ``mhabench.layers.<framework>.steps`` builds a config's
+layer from its description. Configs, the asv grid, the agreement tests and the report read
+backends from here only, so a registered backend runs everywhere a built-in one does.
 
 Two ways to add one:
 
@@ -83,9 +82,9 @@ class Backend:
     mask_block: int | None = None
     # The key mask (valid_lens) is built and applied inside one compiled graph: XLA fuses
     # the compare and select of every JAX step (all run under jit, plug-ins too) into its
-    # softmax, inductor those of torch.compile. No ops of its own run per masked call
-    # (masked and unmasked steps timed in pairs took the same time); eager torch backends
-    # dispatch them, 25-60 us a call. None: the framework's way (JAX yes, torch no).
+    # softmax, inductor those of torch.compile: no ops of its own run per masked call,
+    # where eager torch backends dispatch them each call. None: the framework's way (JAX
+    # yes, torch no).
     fuses_mask: bool | None = None
 
     def modes_on(self, device: str) -> tuple[str, ...]:

@@ -55,15 +55,13 @@ QUICK_BOX = Box()
 TINY_BOX = Box(n=(8, 64), m=(8, 64), d=(16, 64), p=(4, 32), heads=(1, 8), batch=(1, 2),
                max_gflop=0.01)
 # Decode steps only, self (a KV cache) and cross (a cached source) alike: the sweeps time
-# decode at one width (d = 256, h = 16), so the general design's few decode points were all
-# a fit saw of how d, h, batch and m move a decode step (off-grid decode steps read 0.14x
-# to 2.5x their prediction, 192 random configs).
+# decode at one width (d = 256, h = 16), and the general design's few decode points alone
+# cannot show a fit how d, h, batch and m move a decode step.
 DECODE_BOX = replace(QUICK_BOX, mode_bounds=(0.0, 0.0), decode_cross_share=0.5)
 TINY_DECODE_BOX = replace(TINY_BOX, mode_bounds=(0.0, 0.0), decode_cross_share=0.5)
-# Training steps only: the general design's one point in five left a group's training
+# Training steps only: the general design's one point in five leaves a group's training
 # FLOP rate (the backward's, a coefficient of its own) to two to four cells, one of them
-# the sweeps' n = 512 step (JAX loop training steps off the grid then ran a median 0.72x
-# their prediction, 48 configs).
+# the sweeps' n = 512 step.
 TRAIN_BOX = replace(QUICK_BOX, mode_bounds=(0.0, 1.0))
 TINY_TRAIN_BOX = replace(TINY_BOX, mode_bounds=(0.0, 1.0))
 

@@ -1,9 +1,9 @@
 """The first 64 points of the scrambled Sobol sequence the calibration design draws
 (``scipy.stats.qmc.Sobol(d=9, scramble=True, rng=numpy.random.default_rng(20))``, scipy
-1.17), written out: asv imports every benchmark module in every process it starts (the
-gate starts 48), and importing scipy.stats took 1.2 s of each; stored, the design's
-points, and so the asv benchmark ids built from them, also stay the same under another
-scipy. ``tests/test_design.py`` checks them against scipy."""
+1.17), written out: asv imports every benchmark module in every process it starts, and
+importing scipy.stats would slow every one of them; stored, the design's points, and so
+the asv benchmark ids built from them, also stay the same under another scipy.
+``tests/test_design.py`` checks them against scipy."""
 
 SEED = 20
 POINTS = (

@@ -3,12 +3,10 @@
 With glibc's defaults, a buffer above the mmap threshold (the attention map, the scores)
 is mapped fresh on every call and unmapped when freed, and the heap top is trimmed back
 to the kernel. The next call then page-faults on every 4 KiB of it while the kernel
-zeroes the pages: measured here at b=2, n=512, d=256, h=16 (1 thread), torch batched took
-24,579 minor faults a step (96 MiB) and 93-108 ms; with freed memory kept it took 0 faults
-and 34-41 ms; JAX fused went from 110-150 ms to 50-59 ms. How many faults a step takes
-also depends on the allocator's history in that process (the loop backend took 3,700 to
-9,000), which made asv's per-process samples bimodal. That is the operating system's
-cost, not attention's, and a caching allocator (jemalloc, tcmalloc, torch's CUDA
+zeroes the pages, which can take longer than the attention itself, and how many faults a
+step takes depends on the allocator's history in that process, which makes asv's
+per-process samples bimodal (docs/research.md has the figures). That is the operating
+system's cost, not attention's, and a caching allocator (jemalloc, tcmalloc, torch's CUDA
 allocator) never pays it in a steady state.
 
 :func:`retain_freed_memory` sets glibc's options so that every allocation comes from one
@@ -22,9 +20,8 @@ pages and goes back to the kernel when freed, so the peak RSS of that call is th
 its live large blocks, whatever the heap held before (``mhabench.measure.memory``).
 
 Kept memory still has to be touched once. The heap reaches its high-water mark over the
-first few calls (fragmentation puts a buffer above the previous top now and then): at the
-size above, torch batched faulted 8,192-24,576 pages in 1 to 3 of calls 2-8 and none after.
-:func:`warm_until_settled` keeps warming a step until its calls stop faulting, so that
+first few calls (fragmentation puts a buffer above the previous top now and then), so
+:func:`warm_until_settled` keeps warming a step until its calls stop faulting, and that
 growth lands in the warm-up and not in the timed samples.
 """
 

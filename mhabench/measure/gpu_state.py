@@ -8,9 +8,9 @@ the timed call), and closes it after the last: :meth:`Watch.summary` goes into t
 record beside its load (:mod:`mhabench.measure.machine_load`).
 
 Clocks are verified and recorded, never changed: locking them needs root and changes a
-machine shared with others (the lent GPU machines forbid it), so ``locked`` is always False
-and ``lock_note`` says why. A cell counts as throttled when a power or thermal reason was set
-before any sample or NVML's power/thermal violation counters grew during the samples.
+machine shared with others, so ``locked`` is always False and ``lock_note`` says why. A
+cell counts as throttled when a power or thermal reason was set before any sample or
+NVML's power/thermal violation counters grew during the samples.
 
 Without nvidia-ml-py, an NVIDIA driver or a GPU, :func:`open_watch` returns None and
 :func:`unavailable_reason` says why; the report then shows the fields as n/a with it.

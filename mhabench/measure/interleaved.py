@@ -5,11 +5,9 @@ a hypervisor's steal) land on a few configs only; round-robin spreads any drift 
 of them alike, and the median per config drops the rounds it hit hardest. Each visit
 first makes ``warmup`` untimed calls, and more until they have taken ``warmup_s`` (none
 where ``warmup`` is 0), so the config's weights, inputs and code paths are back in the
-caches as they are between asv's back-to-back samples, then ``repeats`` timed calls.
-One warm call was not enough for
-sub-millisecond steps: JAX decode steps of 0.1-0.4 ms read 1.25-2x their time in a fresh
-process each (``mhabench time``) after the 23 other configs of a sample; with 20 ms of
-warm calls, 1.0-1.25x.
+caches as they are between asv's back-to-back samples, then ``repeats`` timed calls: after
+the sample's other configs, one warm call leaves a sub-millisecond step slower than in a
+process of its own.
 """
 
 from __future__ import annotations

@@ -6,10 +6,9 @@ workers are subprocesses), the time the hypervisor stole from this VM, and the l
 average: one small JSON file per process (:func:`start` before the first sample,
 :func:`record` from the benchmark's teardown: asv ends its processes with ``os._exit``, so
 nothing runs after the last one). asv's runner calls teardown between samples too, to
-re-run setup; writing the file there put 0.2-0.4 ms of file-system work before every timed
-call, and a sub-millisecond step then read 1.9-2.2x its steady-state time (6 decode cells,
-``tests/support/asv_vs_measure.py`` with records on and off). So between samples nothing is
-written; the teardown after the last sample writes the record, covering the same window.
+re-run setup; writing the file there would put file-system work before every timed call,
+which a sub-millisecond step reads as its own time. So between samples nothing is written;
+the teardown after the last sample writes the record, covering the same window.
 :func:`read_records` gathers them per asv cell; ``mhabench.analysis.regressions`` marks a
 run or a cell as disturbed from them, since a second job on a 2-core machine slows every
 cell it shares the machine with. Each record also keeps the machine's speed

@@ -3,41 +3,30 @@
 asv's ``peakmem_`` is the whole process's maximum RSS: importing torch, jax and flax,
 building the model and compiling are hundreds of MB that say nothing about attention.
 :func:`step_bytes` reads one (untimed) call of a prepared step instead, so that one cell
-reads the same bytes in every process:
+reads the same bytes in every process (docs/measurement.md, ``track_step_bytes``):
 
-- torch on the CPU: torch's profiler with memory events (``profile_memory=True``) sees
-  every allocation and free of torch's CPU allocator, with its address. The reading is the
-  peak of the bytes the step allocated and had not yet freed. Frees of memory allocated
-  before the step (the previous step's gradients, which a training step drops) are left
-  out: that memory was resident already, not the step's.
-- JAX on the CPU: the C allocator's live peak. For the one call, every block of 128 KiB or
-  more comes from fresh pages and goes back to the kernel when freed
-  (:func:`mhabench.measure.allocator.fresh_large_blocks`), and the reading is the call's
-  peak-RSS growth. XLA's buffer assignment (``memory_analysis``) is not enough alone:
-  XLA:CPU runs whole stretches of a step in YNNPACK fusions whose buffers it does not
-  assign (the batched layout's scores, softmax and mixing are one fusion: at b = 2,
-  n = 512, h = 64 the plan holds 4 MiB and the call two 128 MiB maps). Nor is the heap
-  reading: the planned temporaries reach it or not depending on what ran before in the
-  process. The reading is the larger of the two, each a floor of what the step needs. The same
-  reading serves a plug-in's step, compiled or not (a step with no compiled function
-  has no plan: the heap reading alone).
+- torch on the CPU: the peak of the bytes the step allocated and had not yet freed, from
+  torch's profiler memory events (frees of memory allocated before the step left out).
+- JAX on the CPU: the larger of two floors. The C allocator's live peak: for the one call
+  every block of 128 KiB or more comes from fresh pages and goes back to the kernel when
+  freed (:func:`mhabench.measure.allocator.fresh_large_blocks`), and the reading is the
+  call's peak-RSS growth. And XLA's buffer plan (``memory_analysis``), which misses the
+  buffers of XLA:CPU's YNNPACK fusions, where the heap reading sees the planned temporaries
+  or not by what ran earlier in the process. A step with no compiled function (a
+  plug-in's) has no plan: the heap reading alone.
 - torch on CUDA: the caching allocator's peak (``reset_peak_memory_stats``,
   ``max_memory_allocated``) minus what was allocated before the step.
-- JAX on CUDA: XLA's buffer assignment for the compiled step (``memory_analysis``:
-  temporaries plus outputs, less outputs written in place of donated inputs); XLA cannot
-  reset a peak counter.
-- torch's profiler busy: the C allocator's live peak; no glibc (musl): the RSS reading
-  below. Either with a warning that says so.
+- JAX on CUDA: XLA's buffer plan (temporaries plus outputs, less outputs written in place
+  of donated inputs); XLA cannot reset a peak counter.
+- torch's profiler busy: the C allocator's live peak; no glibc: the RSS reading below;
+  either with a warning.
 
 :func:`rss_step_bytes` is the operating system's view, kept as a cross-check (asv's
-``track_step_rss_bytes``): free what the C allocator holds (``malloc_trim``), reset the
-peak-RSS high-water mark (writing 5 to ``/proc/self/clear_refs`` resets VmHWM), run the
-step on the heap as the timing process keeps it, and take VmHWM minus the RSS before it.
-It also counts the pages of blocks the step freed that the C allocator did not hand to the
-step's next allocation, and which free chunk takes an allocation depends on the heap's
-history in that process: torch batched at batch 8, n = 512, h = 64 read 1,052 or 1,568 MiB
-(two or three attention maps) in different processes. On top of the live peak it sees
-memory outside torch's allocator (BLAS and oneDNN scratch).
+``track_step_rss_bytes``): ``malloc_trim``, reset the peak-RSS high-water mark (writing 5
+to ``/proc/self/clear_refs``), run the step on the heap as the timing process keeps it, and
+take VmHWM minus the RSS before it. It also counts freed pages the C allocator did not
+reuse, which depends on the heap's history in that process, and memory outside torch's
+allocator (BLAS and oneDNN scratch).
 """
 
 from __future__ import annotations
@@ -127,7 +116,7 @@ def torch_live_peak(step: Callable[[], Any]) -> int:
     from torch._C._profiler import _EventType
     from torch.autograd import profiler
 
-    # autograd's profiler, not torch.profiler's wrapper, which imports torch._inductor (3 s)
+    # autograd's profiler, not torch.profiler's wrapper, which imports torch._inductor
     with profiler.profile(use_cpu=True, profile_memory=True) as prof:
         out = step()
     del out
@@ -151,8 +140,8 @@ def torch_live_peak(step: Callable[[], Any]) -> int:
 def xla_buffer_bytes(step: Callable[[], Any]) -> int | None:
     """Temporaries plus outputs of the compiled step (``step.compiled``, as mhabench's JAX
     steps expose it), less the outputs that alias donated inputs (a decode step's KV cache,
-    written in place: b = 4, m = 4096, d = 256 counted its 32 MiB cache as new otherwise);
-    None when the step has no compiled function or XLA no analysis."""
+    written in place, is not new memory); None when the step has no compiled function or
+    XLA no analysis."""
     compiled = getattr(step, "compiled", None)
     try:
         analysis = compiled.memory_analysis() if compiled is not None else None

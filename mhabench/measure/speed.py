@@ -1,21 +1,17 @@
 """The machine's speed at one moment: a fixed reference computation, timed.
 
 On a shared host the same step runs at different speeds from one moment to the next,
-and nothing the guest can read says so (no steal time, no other process). On the 2-core
-VM these suites are developed on, a 64x64 matmul timed every 20 ms for 90 s read 7.5 us
-in quick stretches and 10 us in slow ones, which lasted from 20 ms to several seconds and
-covered 50-95 % of a minute; attention steps timed in the same stretches moved 1.25-1.9x.
-A grid cell is one process timed over a fraction of a second, so a slow stretch lands on
-some cells and not on others, and a time model fitted on them learns the stretches.
+and nothing the guest can read says so (no steal time, no other process): slow stretches
+last from milliseconds to seconds (docs/measurement.md has the figures). A grid cell is
+one process timed over a fraction of a second, so a slow stretch lands on some cells and
+not on others, and a time model fitted on them learns the stretches.
 
 :func:`probe` times a small matmul (the cores) and a 2 MiB copy (the memory path) and
 returns the geometric mean of their medians, in seconds. Timed right beside a step, its
 ratio to the machine's quick reading (:func:`quick_reference`: a low quantile of many
-probes) estimates how much slower than its quick state the machine ran then. Beside
-attention steps (5 configs, 561 visits each, one process over 100 s), dividing each
-step by that ratio narrowed the steps' spread (90th over 10th percentile) from 1.38-1.98x
-to 1.19-1.53x: it takes about 40 % of the slow stretches out, not all (each kernel slows
-by its own factor). Numpy only, one thread, about 2 ms a probe.
+probes) estimates how much slower than its quick state the machine ran then. It takes
+part of the slow stretches out, not all: each kernel slows by its own factor, and the
+probe is one number. Numpy only, one thread, about 2 ms a probe.
 """
 
 from __future__ import annotations

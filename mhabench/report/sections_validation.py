@@ -53,8 +53,8 @@ def validation_section(ctx: Context) -> Section:
     pooled = pd.concat([pd.DataFrame(d["rows"]).assign(seed=d.get("seed"))
                         for d in validations], ignore_index=True)
     # per mode: a decode step's time is its reads, which depend on what stayed in a CPU cache
-    # between calls, and its errors run higher than the others' (a median 15 % against
-    # 10-13 %); the overall median hides that
+    # between calls, and its errors run higher than the others', which the overall median
+    # hides
     by_mode = percent_table(error_summary(pooled, by=["mode"]))
     several = len(validations) > 1
     section = Section("", "", tables=[
