@@ -2,7 +2,8 @@
 
 Every backend, built-in or registered (``mhabench.core.backends``), runs the same small cells:
 self- and cross-attention, masked (valid_lens), grouped (GQA) and single (MQA) key/value
-heads, a decode step, the no-cache prefix step and a training step, with the shared
+heads, a decode step, the no-cache prefix step and a training step, heads whose width is
+set apart from d with a softmax scale of their own (the ``general`` variants), with the shared
 weights and inputs of ``mhabench.core.inputs``. Outputs must match the reference (torch's
 batched layer, the chapter's layout) to :data:`ATOL` in float32. A cell the backend does not
 support is n/a with the config's reason. The test suite and ``mhabench check`` both call
@@ -34,6 +35,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "train": {"mode": "train", "masked": True, "kv_heads": 2},
     "causal": {"causal": True},
     "causal-train": {"mode": "train", "causal": True, "kv_heads": 2},
+    # A published model's shape, scaled down: heads of width p with h p != d (4 x 8 = 32
+    # over d = 24), grouped key/value heads and a softmax scale other than 1/sqrt(p).
+    "general": {"kv_heads": 2, "head_dim": 8, "scale": 0.2, "masked": True},
+    "general-mha": {"head_dim": 8, "cross": True, "m": 11},
+    "general-decode": {"mode": "decode", "n": 1, "m": 9, "kv_heads": 2, "head_dim": 8,
+                       "scale": 0.2},
+    "general-train": {"mode": "train", "causal": True, "kv_heads": 2, "head_dim": 8,
+                      "scale": 0.2},
 }
 REFERENCE = ("torch", "batched")
 
