@@ -28,10 +28,10 @@ def field_residuals(errors: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """One row per predicted cell: its group, fields (and p, h_kv/h, mode) and the signed
     relative residual ``predicted / measured - 1``."""
     keep = [*GROUP_KEY, "config_id"]
-    fields = cells[[*keep, "n", "m", "d", "batch", "kv_heads", "mode"]]
+    fields = cells[[*keep, "n", "m", "d", "head_dim", "batch", "kv_heads", "mode"]]
     out = errors.drop(columns=[c for c in ("heads",) if c in errors]).merge(
         cells[[*keep, "heads"]], on=keep).merge(fields, on=keep)
-    out["p"] = out["d"] // out["heads"]
+    out["p"] = out["head_dim"]
     out["kv_ratio"] = out["kv_heads"] / out["heads"]
     out["residual"] = out["predicted_s"] / out["measured_s"] - 1
     return out

@@ -210,7 +210,7 @@ def decoding_section(ctx: Context) -> Section:
 def _decoder_flops(pairs: pd.DataFrame, cached: bool) -> list[int]:
     """The model's FLOPs of each row's decoder step: batch x new tokens x one token's."""
     return [decoder_step_flops(int(r["d"]), int(r["m"]), int(r["heads"]), int(r["kv_heads"]),
-                               cached) * int(r["batch"]) * int(r["n"])
+                               cached, int(r["head_dim"])) * int(r["batch"]) * int(r["n"])
             for r in pairs.to_dict("records")]
 
 

@@ -157,7 +157,7 @@ def exercise_section(ctx: Context) -> Section:
             detail.append({"machine": key["machine"], "framework": key["framework"],
                            "backend": key["backend"], "dtype": key["dtype"],
                            "mode": key["mode"], "shape": shape(key), "h": r["heads"],
-                           "p = d/h": r["d"] // r["heads"],
+                           "p": r["head_dim"],
                            "kernel": ran.get((r["machine"], r["config_id"]), ""),
                            "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best,
                            **_compile_columns(r, compiles, times),
