@@ -64,10 +64,12 @@ class Agreement:
         return self.max_error is None or self.max_error <= ATOL
 
 
-def config_for(framework: str, backend: str, variant: str, **extra: Any) -> AttentionConfig:
-    """The variant's config (raises ValueError where the backend does not support it)."""
-    return AttentionConfig(**{**BASE, **VARIANTS[variant], "framework": framework,
-                              "backend": backend, **extra})
+def config_for(framework: str, backend: str, variant: str,
+               shape: dict[str, Any] | None = None, **extra: Any) -> AttentionConfig:
+    """The variant's config (raises ValueError where the backend does not support it);
+    ``shape`` replaces :data:`BASE`'s width and heads."""
+    return AttentionConfig(**{**BASE, **(shape or {}), **VARIANTS[variant],
+                              "framework": framework, "backend": backend, **extra})
 
 
 def forward_output(config: AttentionConfig, weights: dict[str, np.ndarray],
@@ -121,13 +123,18 @@ def output(config: AttentionConfig) -> np.ndarray:
                           x["valid_lens"])
 
 
-def check(framework: str, backend: str, variants: tuple[str, ...] = tuple(VARIANTS),
-          device: str = "cpu") -> list[Agreement]:
-    """Every variant of ``backend`` against :data:`REFERENCE` on ``device``."""
+def check(framework: str, backend: str, variants: tuple[str, ...] | None = None,
+          device: str = "cpu", shape: dict[str, Any] | None = None) -> list[Agreement]:
+    """Every variant of ``backend`` against :data:`REFERENCE` on ``device``. ``shape``: a
+    model's d, heads, kv_heads, head_dim and scale (``mhabench.core.models``) in place of
+    :data:`BASE`'s in every variant, where the variant sets no head width of its own
+    (those variants are left out by default); the kv_heads a variant sets still apply."""
+    if variants is None:
+        variants = tuple(v for v in VARIANTS if shape is None or "head_dim" not in VARIANTS[v])
     rows = []
     for variant in variants:
         try:
-            config = config_for(framework, backend, variant, device=device)
+            config = config_for(framework, backend, variant, device=device, shape=shape)
         except ValueError as err:
             rows.append(Agreement(variant, "", None, str(err)))
             continue
