@@ -25,7 +25,6 @@ from mhabench.core.config import (
 )
 from mhabench.core.models import MODELS, ModelShape, model_shape, read_hf_config
 
-
 DEFAULT_D, DEFAULT_HEADS = 256, 8
 # The flags a model's shape sets, by their config field.
 SHAPE_FLAGS = {"d": "-d", "heads": "--heads", "kv_heads": "--kv-heads",
