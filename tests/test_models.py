@@ -30,6 +30,10 @@ def test_a_default_head_width_changes_no_id_and_no_old_dict():
     chapter = AttentionConfig(heads=8)
     assert chapter.head_dim == 32 and chapter.scale is None and chapter.chapter_width
     assert chapter.id == "torch-batched-cpu-f32-fwd-b8-n512-m512-d256-h8-kv8"
+    # The dict of a chapter cell carries nothing new: the head width follows d and heads,
+    # also in a copy with d changed (as a results frame's rows are edited).
+    assert chapter.to_dict()["head_dim"] is None and chapter.to_dict()["scale"] is None
+    assert AttentionConfig.from_dict({**chapter.to_dict(), "d": 512}).head_dim == 64
     # Results and profiles written before the fields existed read back as the same cell.
     old = {k: v for k, v in chapter.to_dict().items() if k not in ("head_dim", "scale")}
     assert AttentionConfig.from_dict(old) == chapter
@@ -45,6 +49,7 @@ def test_a_model_shape_names_its_width_and_scale():
     assert not config.chapter_width and config.softmax_scale == 0.2
     assert config.id == "torch-batched-cpu-f32-fwd-b2-n16-m16-d96-h6-kv2-p24-s0.2"
     assert AttentionConfig.from_dict(config.to_dict()) == config
+    assert (config.to_dict()["head_dim"], config.to_dict()["scale"]) == (24, 0.2)
     # A head width set apart from d stays when h or d change; a defaulted one follows.
     assert config.replace(heads=12).head_dim == 24
     assert AttentionConfig(d=96, heads=6).replace(heads=12).head_dim == 8
@@ -357,7 +362,7 @@ def test_time_runs_a_named_models_width(capsys):
                  "--repeats", "1", "--warmup", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["id"] == "torch-batched-cpu-f32-fwd-b1-n4-m4-d4096-h32-kv8"
-    assert out["config"]["head_dim"] == 128 and out["median_s"] > 0
+    assert out["config"]["kv_heads"] == 8 and out["median_s"] > 0
 
 
 @pytest.mark.parametrize("args, message", [

@@ -51,7 +51,7 @@ CONFIG_MARKER = "backend"
 # m, kv_heads follow n, heads, and the rest default to a float32 CPU forward pass.
 ESSENTIAL_FIELDS = ("framework", "backend", "batch", "n", "d", "heads")
 # Fields whose None is a default that depends on others (head_dim: d / heads; scale:
-# 1/sqrt(head_dim)): a frame holds them as numbers, NaN where None.
+# 1/sqrt(head_dim)): a frame holds them as numbers, NA where None (head_widths reads p).
 OPTIONAL_FIELDS = ("head_dim", "scale")
 
 
@@ -112,6 +112,13 @@ def config_from_cell(params: dict[str, Any]) -> AttentionConfig | None:
     if CONFIG_MARKER not in params:
         return None
     return AttentionConfig(**{k: v for k, v in params.items() if k in CONFIG_FIELDS})
+
+
+def head_widths(frame: pd.DataFrame) -> pd.Series:
+    """Each row's head width p: its ``head_dim``, or d / heads where that is left at its
+    default (None in ``AttentionConfig.to_dict``, NA in the frame)."""
+    split = frame["d"] // frame["heads"]
+    return split if "head_dim" not in frame else frame["head_dim"].fillna(split)
 
 
 def config_from_row(row: Any) -> AttentionConfig:

@@ -289,15 +289,18 @@ class AttentionConfig:
             fields["m"] = None
         if "heads" in changes and "kv_heads" not in changes and self.kv_heads == self.heads:
             fields["kv_heads"] = None
-        if {"d", "heads"} & set(changes) and "head_dim" not in changes and self.chapter_width:
-            fields["head_dim"] = None
         fields.update(changes)
         return AttentionConfig(**fields)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field; ``from_dict`` reads it back (and reads dicts written before
-        ``head_dim`` and ``scale`` existed: they take their defaults)."""
-        return dataclasses.asdict(self)
+        """Every field, ``head_dim`` None where it is d / heads (as ``scale`` is where it is
+        the default): a chapter cell's dict carries nothing new, and a copy with d or heads
+        changed stays consistent. ``from_dict`` reads it back, and reads dicts written
+        before the two fields existed."""
+        fields = dataclasses.asdict(self)
+        if self.chapter_width:
+            fields["head_dim"] = None
+        return fields
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionConfig:
