@@ -90,8 +90,8 @@ class AttentionConfig:
     dtype: str = "float32"
     device: str = "cpu"
     mode: str = "forward"
-    # Set apart from d only where given (the fields after ``mode`` keep the order, and
-    # every id and asv cell of the chapter's shapes, as they were).
+    # Appended after ``mode``: positional construction, and every id and asv cell of the
+    # chapter's split, stay as they were. None: d / heads and 1/sqrt(head_dim).
     head_dim: int | None = None
     scale: float | None = None
 
