@@ -51,7 +51,8 @@ def _hub(repo: str) -> str:
 
 
 # Each from the model's config.json on the Hugging Face hub (the repository named in
-# source); Gemma 3's numbers sit in its text_config.
+# source); Gemma 3's numbers sit in its text_config. Gemma-2-9B's scalar is 256, its head
+# width (the hub's config said 224, hidden / heads, until Google corrected it in July 2024).
 MODELS: dict[str, ModelShape] = {m.name: m for m in (
     ModelShape("llama-3.1-8b", 4096, 32, 8, 128, source=_hub("meta-llama/Llama-3.1-8B")),
     ModelShape("llama-3.1-70b", 8192, 64, 8, 128, source=_hub("meta-llama/Llama-3.1-70B")),
