@@ -7,9 +7,11 @@ package's ``pyproject.toml``::
     plain = "plain_attention"
 
 Each function takes projected heads: q (b, h, n, p), k and v (b, h_kv, m, p), valid_lens
-None, (b,) or (b, n); with ``causal=True`` query i of n sits at key position m - n + i.
-It returns (b, h, n, p). ``gqa=False``: mhabench repeats each key/value head for its
-query heads before the call.
+None, (b,) or (b, n); with ``causal=True`` query i of n sits at key position m - n + i;
+``scale`` multiplies the scores (None: 1/sqrt(p); mhabench passes it only for a model
+whose config sets another, as Gemma's do; a function without the keyword runs every other
+cell). It returns (b, h, n, p). ``gqa=False``: mhabench repeats each key/value head for
+its query heads before the call.
 """
 
 import math
@@ -30,21 +32,23 @@ def keep(n, m, valid_lens, causal, xp):
     return None if mask is None else mask[:, None]
 
 
-def torch_attend(q, k, v, valid_lens, causal=False):
+def torch_attend(q, k, v, valid_lens, causal=False, scale=None):
     import torch
 
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-1, -2) * scale
     mask = keep(q.shape[2], k.shape[2], valid_lens, causal, torch)
     if mask is not None:
         scores = scores.masked_fill(~mask, -1e6)
     return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
 
-def jax_attend(q, k, v, valid_lens, causal=False):
+def jax_attend(q, k, v, valid_lens, causal=False, scale=None):
     import jax
     import jax.numpy as jnp
 
-    scores = q @ jnp.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ jnp.swapaxes(k, -1, -2) * scale
     mask = keep(q.shape[2], k.shape[2], valid_lens, causal, jnp)
     if mask is not None:
         scores = jnp.where(mask, scores, -1e6)

@@ -6,6 +6,9 @@
   :func:`register` of a :class:`Backend` (a whole layer), :func:`backend_names`; plug-ins
   load through the entry-point group :data:`ENTRY_POINT_GROUP` or ``MHABENCH_BACKENDS``.
 - The cost model: :func:`cost` -> :class:`Cost`.
+- Published models' shapes: :data:`MODELS`, :func:`model_shape`, :func:`read_hf_config`
+  (a Hugging Face ``config.json``) -> :class:`ModelShape`, whose ``fields()`` set a
+  config's width, heads, head width and scale.
 - Timing, the path the asv benchmarks take: :func:`configure_process` (threads),
   :func:`prepare` (the built, compiled, warmed-up step), :func:`measure` ->
   :class:`Measurement`.
@@ -24,6 +27,7 @@ from mhabench.core.backends import ENTRY_POINT_GROUP, Backend, register, registe
 from mhabench.core.backends import names as backend_names
 from mhabench.core.config import AttentionConfig, UnavailableError, head_sweep, preset
 from mhabench.core.cost import Cost, cost
+from mhabench.core.models import MODELS, ModelShape, model_shape, read_hf_config
 from mhabench.measure.timing import Measurement, configure_process, measure, prepare
 
 if TYPE_CHECKING:
@@ -38,6 +42,7 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
     return load(root, machine)
 
 
-__all__ = ["ENTRY_POINT_GROUP", "AttentionConfig", "Backend", "Cost", "Measurement",
-           "UnavailableError", "backend_names", "configure_process", "cost", "head_sweep",
-           "load_results", "measure", "prepare", "preset", "register", "register_attention"]
+__all__ = ["ENTRY_POINT_GROUP", "MODELS", "AttentionConfig", "Backend", "Cost", "Measurement",
+           "ModelShape", "UnavailableError", "backend_names", "configure_process", "cost",
+           "head_sweep", "load_results", "measure", "model_shape", "prepare", "preset",
+           "read_hf_config", "register", "register_attention"]

@@ -68,8 +68,11 @@ def test_the_compiled_step_never_holds_the_attention_map(mode, monkeypatch) -> N
     assert not holds_map("blockwise")
 
 
-def test_training_step_gradients_agree_with_batched() -> None:
-    config = AttentionConfig(backend="blockwise", mode="train", **CELL)
+@pytest.mark.parametrize("shape", [{}, {"head_dim": 8, "scale": 0.2}], ids=["chapter", "model"])
+def test_training_step_gradients_agree_with_batched(shape) -> None:
+    """The chapter's split, and a model's: heads of width 8 (4 x 8 over d = 24) with a
+    scale of its own, which the custom backward applies too."""
+    config = AttentionConfig(backend="blockwise", mode="train", **CELL, **shape)
     results = []
     for backend in ("blockwise", "batched"):
         with float32_matmul_precision("jax"):

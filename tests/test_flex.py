@@ -50,9 +50,9 @@ def test_grouped_heads_reach_flex_unrepeated():
     attend, takes_groups = model.core
     assert takes_groups
 
-    def spy(q, k, v, valid_lens, causal=False):
+    def spy(q, k, v, valid_lens, causal=False, scale=None):
         seen.append((q.shape[1], k.shape[1], v.shape[1]))
-        return attend(q, k, v, valid_lens, causal=causal)
+        return attend(q, k, v, valid_lens, causal=causal, scale=scale)
 
     model.core = (spy, True)
     x = torch.randn(3, 8, 16)

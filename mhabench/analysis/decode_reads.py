@@ -32,9 +32,9 @@ XLA_BATCH_ONE_COPIES = frozenset({"fused"})
 
 
 def read_kv_width(config: AttentionConfig) -> int:
-    """Width of the keys/values the attention reads: ``h_kv * p``, or ``d`` where the
+    """Width of the keys/values the attention reads: ``h_kv * p``, or ``h * p`` where the
     backend repeats K/V to every query head (:data:`REPEATS_KV`)."""
-    return config.d if config.backend in REPEATS_KV else config.kv_heads * config.head_dim
+    return config.query_width if config.backend in REPEATS_KV else config.kv_width
 
 
 def decode_kv_elements(config: AttentionConfig) -> int:
@@ -77,8 +77,8 @@ def weight_elements(config: AttentionConfig) -> int:
     """Projection weights a step reads: W_q and W_o always, W_k and W_v where it projects
     keys/values (all but a cross decode step, whose source is cached)."""
     if step_lengths(config)[2]:
-        return params(config.d, config.heads, config.kv_heads)
-    return 2 * config.d * config.d
+        return params(config.d, config.heads, config.kv_heads, config.head_dim)
+    return 2 * config.d * config.query_width
 
 
 def decode_working_set_bytes(config: AttentionConfig) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.results import head_widths
 from mhabench.analysis.timemodel import GROUP_KEY
 
 # Field -> axis label; p and h_kv/h are derived from the config fields.
@@ -28,10 +29,11 @@ def field_residuals(errors: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """One row per predicted cell: its group, fields (and p, h_kv/h, mode) and the signed
     relative residual ``predicted / measured - 1``."""
     keep = [*GROUP_KEY, "config_id"]
-    fields = cells[[*keep, "n", "m", "d", "batch", "kv_heads", "mode"]]
+    given = [c for c in ("head_dim",) if c in cells]  # a head width set apart from d
+    fields = cells[[*keep, "n", "m", "d", *given, "batch", "kv_heads", "mode"]]
     out = errors.drop(columns=[c for c in ("heads",) if c in errors]).merge(
         cells[[*keep, "heads"]], on=keep).merge(fields, on=keep)
-    out["p"] = out["d"] // out["heads"]
+    out["p"] = head_widths(out)
     out["kv_ratio"] = out["kv_heads"] / out["heads"]
     out["residual"] = out["predicted_s"] / out["measured_s"] - 1
     return out

@@ -50,6 +50,9 @@ CONFIG_MARKER = "backend"
 # Fields without a safe default (the benchmarks' convention records them all as params);
 # m, kv_heads follow n, heads, and the rest default to a float32 CPU forward pass.
 ESSENTIAL_FIELDS = ("framework", "backend", "batch", "n", "d", "heads")
+# Fields whose None is a default that depends on others (head_dim: d / heads; scale:
+# 1/sqrt(head_dim)): a frame holds them as numbers, NA where None (head_widths reads p).
+OPTIONAL_FIELDS = ("head_dim", "scale")
 
 
 FACTS_PREFIX = "mhabench-machine"  # mhabench.measure.machine.FACTS_FILE and its numbered siblings
@@ -111,12 +114,23 @@ def config_from_cell(params: dict[str, Any]) -> AttentionConfig | None:
     return AttentionConfig(**{k: v for k, v in params.items() if k in CONFIG_FIELDS})
 
 
+def head_widths(frame: pd.DataFrame) -> pd.Series:
+    """Each row's head width p: its ``head_dim``, or d / heads where that is left at its
+    default (None in ``AttentionConfig.to_dict``, NA in the frame)."""
+    split = frame["d"] // frame["heads"]
+    return split if "head_dim" not in frame else frame["head_dim"].fillna(split)
+
+
 def config_from_row(row: Any) -> AttentionConfig:
     """The config of one row of the results frame (pandas hands back numpy scalars, and
     float columns where other rows lack the field, so each field is coerced back)."""
-    values = {k: row[k] for k in CONFIG_FIELDS}
+    values = {k: row[k] for k in CONFIG_FIELDS if k not in OPTIONAL_FIELDS}
     for k in ("batch", "n", "m", "d", "heads", "kv_heads"):
         values[k] = int(values[k])
+    for k in OPTIONAL_FIELDS:  # absent, or NaN/NA where other rows set them: the default
+        value = row.get(k) if hasattr(row, "get") else None
+        if value is not None and not pd.isna(value):
+            values[k] = (int if k == "head_dim" else float)(value)
     values["dropout"] = float(values["dropout"])
     values["cross"], values["masked"] = bool(values["cross"]), bool(values["masked"])
     return AttentionConfig(**values)
@@ -261,7 +275,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=columns)
     frame["date"] = pd.to_datetime(frame["date"], unit="ms")
     frame["started"] = pd.to_datetime(frame["started"], unit="ms")
-    for col in ("batch", "n", "m", "d", "heads", "kv_heads", *COST_COLUMNS):
+    for col in ("batch", "n", "m", "d", "heads", "kv_heads", "head_dim", *COST_COLUMNS):
         frame[col] = frame[col].astype("Int64")
     return frame
 

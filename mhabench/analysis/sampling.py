@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.results import config_from_row
+from mhabench.analysis.results import config_from_row, head_widths
 from mhabench.analysis.timemodel import MODE_CROSS, Key, TimeModel, mode_cross
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost
@@ -57,7 +57,7 @@ def draw_config(rng: np.random.Generator, model: TimeModel, cells: pd.DataFrame,
     mine = cells[cells["mode"] == mode]
     _, framework, backend, device, dtype = model.key
     heads = _log_int(rng, *_box(mine["heads"], wide))
-    p = _log_int(rng, *_box(mine["d"] // mine["heads"], wide))
+    p = _log_int(rng, *_box(head_widths(mine), wide))
     kv_heads = heads
     if backend != "reference" and rng.random() < 0.5:
         kv_heads = int(rng.choice([g for g in range(1, heads + 1) if heads % g == 0]))

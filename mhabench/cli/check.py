@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from mhabench.cli.common import CLIError
+from mhabench.cli.common import CLIError, add_model_args, model_from_args
 
 
 def add_command(sub: Any) -> None:
@@ -18,6 +18,7 @@ def add_command(sub: Any) -> None:
                    help="a registered backend (built-in, entry point or MHABENCH_BACKENDS)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--json", action="store_true", help="one JSON object per variant")
+    add_model_args(p)  # every variant at that model's width and heads (batch 3, n 7)
     p.set_defaults(func=run)
 
 
@@ -26,7 +27,9 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.measure import agreement
 
     backends.get(args.framework, args.backend)  # an unknown name: the registry's error
-    rows = agreement.check(args.framework, args.backend, device=args.device)
+    model = model_from_args(args)
+    rows = agreement.check(args.framework, args.backend, device=args.device,
+                           shape=None if model is None else model.fields())
     for row in rows:
         if args.json:
             print(json.dumps({"variant": row.variant, "id": row.config_id,

@@ -23,6 +23,12 @@ from mhabench.core.config import (
     AttentionConfig,
     preset,
 )
+from mhabench.core.models import MODELS, ModelShape, model_shape, read_hf_config
+
+DEFAULT_D, DEFAULT_HEADS = 256, 8
+# The flags a model's shape sets, by their config field.
+SHAPE_FLAGS = {"d": "-d", "heads": "--heads", "kv_heads": "--kv-heads",
+               "head_dim": "--head-dim", "scale": "--scale"}
 
 
 class CLIError(Exception):
@@ -49,10 +55,16 @@ def add_config_args(parser: argparse.ArgumentParser, preset_allowed: bool = Fals
     g.add_argument("--batch", type=int, default=8)
     g.add_argument("-n", type=int, default=512, help="queries per sequence")
     g.add_argument("-m", type=int, default=None, help="keys/values per sequence (default n)")
-    g.add_argument("-d", type=int, default=256, help="model width")
-    g.add_argument("--heads", type=int, default=8, help="query heads h")
+    g.add_argument("-d", type=int, default=None, help=f"model width (default {DEFAULT_D})")
+    g.add_argument("--heads", type=int, default=None,
+                   help=f"query heads h (default {DEFAULT_HEADS})")
     g.add_argument("--kv-heads", type=int, default=None,
                    help="key/value heads (default h: MHA; 1: MQA; else GQA)")
+    g.add_argument("--head-dim", type=int, default=None,
+                   help="head width p (default d/h; a model's own may differ)")
+    g.add_argument("--scale", type=float, default=None,
+                   help="the factor on the scores before the softmax (default 1/sqrt(p))")
+    add_model_args(g)
     g.add_argument("--cross", action="store_true", help="cross-attention: n queries over m keys")
     g.add_argument("--masked", action="store_true", help="mask keys with valid_lens")
     g.add_argument("--causal", action="store_true",
@@ -63,12 +75,48 @@ def add_config_args(parser: argparse.ArgumentParser, preset_allowed: bool = Fals
                        help=f"a named head sweep instead of --heads: {', '.join(PRESETS)}")
 
 
+def add_model_args(parser: Any) -> None:
+    """``--model NAME`` or ``--hf-config PATH``: a published model's attention shape."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--model", metavar="NAME", default=None,
+                   help="a published model's attention shape (sets d, heads, kv heads, head "
+                        f"width and scale): {', '.join(MODELS)}")
+    g.add_argument("--hf-config", metavar="PATH", default=None,
+                   help="the attention shape of a Hugging Face config.json on disk (sets the "
+                        "same)")
+
+
+def model_from_args(args: argparse.Namespace) -> ModelShape | None:
+    """The shape ``--model`` or ``--hf-config`` names, or None."""
+    if getattr(args, "model", None) is not None:
+        return model_shape(args.model)
+    if getattr(args, "hf_config", None) is not None:
+        return read_hf_config(args.hf_config)
+    return None
+
+
+def shape_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """d, heads, kv_heads, head_dim and scale: from ``--model``/``--hf-config``, or from
+    their own flags (a model's shape and those flags together are an error)."""
+    model = model_from_args(args)
+    if model is None:
+        given = {k: getattr(args, k) for k in SHAPE_FLAGS}
+        return {**given, "d": DEFAULT_D if args.d is None else args.d,
+                "heads": DEFAULT_HEADS if args.heads is None else args.heads}
+    clash = [flag for key, flag in SHAPE_FLAGS.items() if getattr(args, key) is not None]
+    if clash:
+        source = "--model" if args.model is not None else "--hf-config"
+        raise CLIError(f"{' '.join(clash)} cannot go with {source}, which sets d, heads, kv "
+                       "heads, head width and scale; drop one of them")
+    return model.fields()
+
+
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     return AttentionConfig(
         framework=args.framework, backend=args.backend, device=args.device, dtype=args.dtype,
-        mode=args.mode, batch=args.batch, n=args.n, m=args.m, d=args.d, heads=args.heads,
-        kv_heads=args.kv_heads, cross=args.cross, masked=args.masked, causal=args.causal,
-        dropout=args.dropout)
+        mode=args.mode, batch=args.batch, n=args.n, m=args.m, cross=args.cross,
+        masked=args.masked, causal=args.causal, dropout=args.dropout,
+        **shape_from_args(args))
 
 
 def configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]:
@@ -77,6 +125,9 @@ def configs_from_args(args: argparse.Namespace) -> list[AttentionConfig]:
     base = config_from_args(args)
     if getattr(args, "preset", None) is None:
         return [base]
+    if model_from_args(args) is not None:
+        raise CLIError(f"--preset {args.preset} sweeps the chapter's heads; it cannot go with "
+                       "--model or --hf-config")
     return preset(args.preset, base.framework, base.backend, device=base.device,
                   dtype=base.dtype, mode=base.mode, cross=base.cross, masked=base.masked,
                   causal=base.causal, dropout=base.dropout)

@@ -26,10 +26,10 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.core.cost import cost
 
     config = config_from_args(args)
-    terms = cost(config).as_dict()
+    terms = cost(config)
     if args.json:
-        print(json.dumps({"id": config.id, **terms}))
+        print(json.dumps({"id": config.id, "form": terms.form, **terms.as_dict()}))
     else:
         print(f"config {config.id}")
-        print(_table(list(terms.items())))
+        print(_table([("form", terms.form), *terms.as_dict().items()]))
     return 0

@@ -18,7 +18,9 @@ Two ways to add one:
   projections, the KV cache of a decode step, the output projection and the shared
   weights), so the function gets forward, train and decode steps for free. A function
   that takes a ``causal`` keyword (True: query i of n sits at key position m - n + i)
-  gets the no-cache ``prefix`` mode too.
+  gets the no-cache ``prefix`` mode too; one that takes a ``scale`` keyword (the factor
+  on the scores, passed only where a config sets one other than 1/sqrt(p)) gets the
+  cells with such a scale (Gemma's shapes) too.
 - :func:`register` of a :class:`Backend` whose ``build(config, weights)`` returns a whole
   layer called as ``layer(queries, keys, values, valid_lens) -> (b, n, d)``, as the
   frameworks' own layers (``reference``) are.
@@ -67,6 +69,13 @@ class Backend:
     gqa: bool = True  # runs kv_heads < heads
     dropout: bool = True  # runs dropout > 0 in train mode
     causal: bool = True  # runs causal=True (its layer or attend takes ``causal``)
+    # Runs a head width p with h p != d (``AttentionConfig.head_dim``), and a softmax scale
+    # other than 1/sqrt(p) (``AttentionConfig.scale``). None: mhabench's own layers and an
+    # attention function on projected heads run any width (it sees p in q's shape) and a
+    # function takes the scale if it has a ``scale`` keyword; a plug-in's whole layer
+    # (``build``) neither, unless it says so (it reads them from the config).
+    head_width: bool | None = None
+    scale: bool | None = None
     library: bool = False  # attention is one library call: the kernel that ran is detected
     materialises: bool = True  # writes the (b, h, n, m) map (the cost model's memory budget)
     kernel: str | None = None  # the library kernel it forces (None: the library's choice)
@@ -110,6 +119,21 @@ class Backend:
             if getattr(self, key) is not None and not callable(getattr(self, key)):
                 raise ValueError(f"backend {self.name!r}: {key}={getattr(self, key)!r} is "
                                  "not callable")
+        if self.head_width is None:
+            object.__setattr__(self, "head_width", self.build is None)
+        if self.scale is None:
+            object.__setattr__(self, "scale", self.impl is not None or (
+                self.attend is not None and takes_keyword(self.attend, "scale")))
+
+
+def takes_keyword(function: Callable[..., Any], name: str) -> bool:
+    """Whether ``function`` accepts the keyword ``name`` (or any keyword)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: assume not
+        return False
+    return any((p.name == name and p.kind != p.POSITIONAL_ONLY) or p.kind == p.VAR_KEYWORD
+               for p in parameters)
 
 
 _REGISTRY: dict[tuple[str, str], Backend] = {}
@@ -132,10 +156,12 @@ def register(backend: Backend, replace: bool = False) -> Backend:
 def register_attention(name: str, framework: str, attend: Callable[..., Any], *,
                        gqa: bool = True, materialises: bool = True,
                        modes: tuple[str, ...] | None = None, summary: str = "") -> Backend:
-    """Register ``attend(q, k, v, valid_lens[, causal]) -> out`` (see the module docstring)
-    inside mhabench's batched layer. ``gqa=False``: the layer repeats each key/value head
-    for its query heads before the call. ``modes`` defaults to forward, train and decode,
-    plus prefix when ``attend`` takes ``causal`` (and causal cells only then)."""
+    """Register ``attend(q, k, v, valid_lens[, causal][, scale]) -> out`` (see the module
+    docstring) inside mhabench's batched layer. ``gqa=False``: the layer repeats each
+    key/value head for its query heads before the call. ``modes`` defaults to forward,
+    train and decode, plus prefix when ``attend`` takes ``causal`` (and causal cells only
+    then). Cells with a softmax scale other than 1/sqrt(p) run only when it takes
+    ``scale``."""
     if not callable(attend):
         raise ValueError(f"attend={attend!r} is not callable")
     takes_causal = "causal" in inspect.signature(attend).parameters
@@ -149,11 +175,16 @@ def register_attention(name: str, framework: str, attend: Callable[..., Any], *,
 
 
 def call_attention(attend: Callable[..., Any], q: Any, k: Any, v: Any, valid_lens: Any,
-                   causal: bool = False) -> Any:
-    """Call a registered attention function on projected heads (``causal`` passed only
-    when set: a function without the keyword runs every other mode) and check that it
-    returned q's shape, (b, h, n, p)."""
-    out = attend(q, k, v, valid_lens, causal=True) if causal else attend(q, k, v, valid_lens)
+                   causal: bool = False, scale: float | None = None) -> Any:
+    """Call a registered attention function on projected heads (``causal`` and ``scale``
+    passed only when set: a function without the keyword runs every other cell; None is
+    the default scale 1/sqrt(p)) and check that it returned q's shape, (b, h, n, p)."""
+    extra: dict[str, Any] = {}
+    if causal:
+        extra["causal"] = True
+    if scale is not None:
+        extra["scale"] = scale
+    out = attend(q, k, v, valid_lens, **extra)
     if tuple(out.shape) != tuple(q.shape):
         raise ValueError(f"the attention function returned shape {tuple(out.shape)}; "
                          f"expected (b, h, n, p) = {tuple(q.shape)}")
@@ -163,7 +194,7 @@ def call_attention(attend: Callable[..., Any], q: Any, k: Any, v: Any, valid_len
 @functools.cache
 def checked(attend: Callable[..., Any]) -> Callable[..., Any]:
     """``attend`` called through :func:`call_attention`, as a layer's ``core`` calls it:
-    ``(q, k, v, valid_lens, causal)``. One wrapper per function, so a JAX layer, which
+    ``(q, k, v, valid_lens, causal, scale)``. One wrapper per function, so a JAX layer, which
     keeps it as a static attribute, reads the same one on every build."""
     return functools.partial(call_attention, attend)
 
@@ -204,8 +235,11 @@ for _fw in ("torch", "jax"):
     register(Backend("fused", _fw, impl="fused", library=True, dropout=_fw == "torch",
                      summary="torch's scaled_dot_product_attention" if _fw == "torch"
                      else "jax.nn.dot_product_attention"))
+    # torch.nn.MultiheadAttention splits embed_dim into its heads (h p = d); neither
+    # layer takes a softmax scale.
     register(Backend("reference", _fw, impl="reference", modes=("forward", "train"),
-                     gqa=False, library=True, summary="the framework's own layer"))
+                     gqa=False, head_width=_fw == "jax", scale=False, library=True,
+                     summary="the framework's own layer"))
 # The fused call with one kernel forced and no fallback: torch's SDPA through
 # torch.nn.attention.sdpa_kernel, JAX's dot_product_attention through implementation=.
 # A kernel that cannot take a cell (dtype, GQA, head width, dropout) fails the build with

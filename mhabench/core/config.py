@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,10 +64,15 @@ def _positive_int(name: str, value: Any) -> None:
 class AttentionConfig:
     """One multi-head attention cell: framework, backend, shapes and variant.
 
-    ``n`` queries attend over ``m`` keys/values of width ``d`` split into ``heads`` query
-    heads of width ``p = d / heads`` and ``kv_heads`` key/value heads (``kv_heads ==
-    heads``: MHA, ``1``: MQA, otherwise GQA). Self-attention (``cross=False``) feeds one
-    tensor as queries, keys and values, so ``m`` must equal ``n``; ``m=None`` means ``n``.
+    ``n`` queries attend over ``m`` keys/values of width ``d`` through ``heads`` query
+    heads and ``kv_heads`` key/value heads (``kv_heads == heads``: MHA, ``1``: MQA,
+    otherwise GQA) of width ``head_dim`` (``p``). ``head_dim=None`` means ``d / heads``, the
+    chapter's split; published models often set it apart (Qwen3-32B: d 5120, 64 heads of
+    128), so the query projection is d -> h p, keys and values d -> h_kv p, the output
+    h p -> d. ``scale`` multiplies the scores before the softmax; None means
+    ``1 / sqrt(head_dim)`` (Gemma's configs set another). Self-attention
+    (``cross=False``) feeds one tensor as queries, keys and values, so ``m`` must equal
+    ``n``; ``m=None`` means ``n``.
     """
 
     framework: str = "torch"
@@ -84,6 +90,10 @@ class AttentionConfig:
     dtype: str = "float32"
     device: str = "cpu"
     mode: str = "forward"
+    # Appended after ``mode``: positional construction, and every id and asv cell of the
+    # chapter's split, stay as they were. None: d / heads and 1/sqrt(head_dim).
+    head_dim: int | None = None
+    scale: float | None = None
 
     def __post_init__(self) -> None:
         # Normalise the defaults that depend on other fields (frozen: go through object).
@@ -91,7 +101,33 @@ class AttentionConfig:
             object.__setattr__(self, "m", self.n)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+        self._validate_widths()
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.d // self.heads)
+        if self.scale is not None:
+            # The default scale given explicitly is the default: one cell, one config.
+            scale = float(self.scale)
+            default = 1.0 / math.sqrt(self.head_dim)
+            object.__setattr__(self, "scale", None if math.isclose(
+                scale, default, rel_tol=1e-12) else scale)
         self._validate()
+
+    def _validate_widths(self) -> None:
+        """The head width: given (any positive integer), or d / heads (heads must divide d)."""
+        for name in ("d", "heads"):
+            _positive_int(name, getattr(self, name))
+        if self.head_dim is not None:
+            _positive_int("head_dim", self.head_dim)
+        elif self.d % self.heads:
+            divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
+            shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+            raise ValueError(f"heads={self.heads} must divide d={self.d}; allowed heads: "
+                             f"{shown}; or set head_dim (the head width apart from d)")
+        scale = self.scale
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                                  or not math.isfinite(scale) or scale <= 0):
+            raise ValueError(f"scale={scale!r} is not allowed; it must be a positive number "
+                             "(None: 1/sqrt(head_dim))")
 
     def _validate(self) -> None:
         _choice("framework", self.framework, FRAMEWORKS)
@@ -105,10 +141,6 @@ class AttentionConfig:
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
                 raise ValueError(f"{name}={value!r} is not allowed; use True or False")
-        if self.d % self.heads:
-            divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
-            shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
-            raise ValueError(f"heads={self.heads} must divide d={self.d}; allowed heads: {shown}")
         if self.heads % self.kv_heads:
             divisors = [g for g in range(1, self.heads + 1) if self.heads % g == 0]
             raise ValueError(
@@ -131,6 +163,14 @@ class AttentionConfig:
         if self.kv_heads != self.heads and not backend.gqa:
             raise ValueError(f"{what} supports MHA only, but kv_heads={self.kv_heads} != "
                              f"heads={self.heads}; use {_able(fw, lambda b: b.gqa)}")
+        if not self.chapter_width and not backend.head_width:
+            raise ValueError(f"{what} needs heads x head_dim = d, but heads={self.heads} x "
+                             f"head_dim={self.head_dim} != d={self.d}; use "
+                             f"{_able(fw, lambda b: b.head_width)}")
+        if self.scale is not None and not backend.scale:
+            why = " (its attention function takes no scale keyword)" if backend.attend else ""
+            raise ValueError(f"{what} runs the default scale 1/sqrt(head_dim) only{why}, not "
+                             f"scale={self.scale:g}; use {_able(fw, lambda b: b.scale)}")
         modes = backend.modes_on(self.device)
         if self.mode not in modes:
             raise ValueError(f"{what} does not run mode={self.mode!r} on "
@@ -180,9 +220,24 @@ class AttentionConfig:
 
     # ----- derived quantities -------------------------------------------------------
     @property
-    def head_dim(self) -> int:
-        """p = d / h, the width of one head."""
-        return self.d // self.heads
+    def chapter_width(self) -> bool:
+        """Whether the heads split the model width (h p = d), as in the chapter."""
+        return self.heads * self.head_dim == self.d
+
+    @property
+    def query_width(self) -> int:
+        """h p: the width of the projected queries (and of the output projection's input)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """h_kv p: the width of the projected keys and of the values."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        """The factor on the scores before the softmax: ``scale``, or 1 / sqrt(p)."""
+        return 1.0 / math.sqrt(self.head_dim) if self.scale is None else self.scale
 
     @property
     def group_size(self) -> int:
@@ -197,11 +252,17 @@ class AttentionConfig:
 
     @property
     def id(self) -> str:
-        """Stable short id, e.g. ``torch-batched-cpu-f32-fwd-b8-n512-m512-d256-h8-kv8``."""
+        """Stable short id, e.g. ``torch-batched-cpu-f32-fwd-b8-n512-m512-d256-h8-kv8``; a
+        head width apart from d adds ``-p<head_dim>``, a scale other than 1/sqrt(p)
+        ``-s<scale>``."""
         dt = {"float32": "f32", "bfloat16": "bf16"}[self.dtype]
         parts = [self.framework, self.backend, self.device, dt, MODE_IDS[self.mode],
                  f"b{self.batch}", f"n{self.n}", f"m{self.m}", f"d{self.d}",
                  f"h{self.heads}", f"kv{self.kv_heads}"]
+        if not self.chapter_width:
+            parts.append(f"p{self.head_dim}")
+        if self.scale is not None:
+            parts.append(f"s{self.scale:.8g}")
         if self.cross:
             parts.append("cross")
         if self.masked:
@@ -220,8 +281,8 @@ class AttentionConfig:
         return {"causal": True} if self.causal else {}
 
     def replace(self, **changes: Any) -> AttentionConfig:
-        """A copy with some fields changed (validated again); m/kv_heads follow n/heads
-        unless given, when they were defaulted."""
+        """A copy with some fields changed (validated again); m/kv_heads/head_dim follow
+        n/heads/d unless given, when they were defaulted."""
         fields = self.to_dict()
         stepwise = changes.get("mode", self.mode) in ("decode", "prefix")
         if "n" in changes and "m" not in changes and not self.cross and not stepwise:
@@ -232,7 +293,14 @@ class AttentionConfig:
         return AttentionConfig(**fields)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, ``head_dim`` None where it is d / heads (as ``scale`` is where it is
+        the default): a chapter cell's dict carries nothing new, and a copy with d or heads
+        changed stays consistent. ``from_dict`` reads it back, and reads dicts written
+        before the two fields existed."""
+        fields = dataclasses.asdict(self)
+        if self.chapter_width:
+            fields["head_dim"] = None
+        return fields
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionConfig:

@@ -1,19 +1,21 @@
 """The analytic cost model: pure arithmetic on an :class:`AttentionConfig`.
 
 Forward pass, one multiply-add = 2 FLOPs, per sequence with n queries, m keys/values,
-width d, h query heads of width p = d/h and h_kv key/value heads:
+width d, h query heads and h_kv key/value heads of width p:
 
 =====================================  ===============================
-query and output projections           2nd^2 + 2nd^2
+query and output projections           2nd(hp) + 2n(hp)d
 key and value projections              2 * 2 m d (h_kv p)
-scores Q K^T and mixing A V            2nmd + 2nmd
+scores Q K^T and mixing A V            2nm(hp) + 2nm(hp)
 elementwise on the map (scale, mask,   c * h n m   (c = 5; 6 masked)
 softmax): the part that grows with h
 =====================================  ===============================
 
-Self-attention MHA (m = n, h_kv = h) gives the chapter's 8nd^2 + 4n^2 d. ``flops_model``
-is that chapter count (projections + scores + mixing); the elementwise term is reported
-beside it because it is what the chapter's count leaves out.
+In the chapter's split (p = d/h, so hp = d) self-attention MHA (m = n, h_kv = h) gives
+8nd^2 + 4n^2 d: :attr:`Cost.form` is "chapter" there and "general" for the shapes of
+published models (hp != d, or h_kv < h). ``flops_model`` is that count (projections +
+scores + mixing); the elementwise term is reported beside it because it is what the
+chapter's count leaves out.
 
 Each mode counts the step it runs (see ``mhabench.core.config.MODES``), through three lengths:
 query rows, key positions attended, and key/value rows projected in the step:
@@ -69,34 +71,49 @@ class Cost:
     kv_cache_bytes_per_token: int  # per layer, this config's dtype
     kv_cache_bytes_read: int  # decode: cached K/V one step reads, whole batch (else 0)
     peak_bytes_estimate: int  # rough working-set bound, for memory budgets
+    # "chapter": p = d/h and h_kv = h, where the terms are the chapter's 8nd^2 + 4n^2 d;
+    # "general": any other head structure (a published model's). Not a count: as_dict
+    # leaves it out.
+    form: str = "chapter"
 
     @property
     def flops_total(self) -> int:
         return self.flops_model + self.flops_elementwise
 
     def as_dict(self) -> dict[str, int]:
+        """The counts (every field but ``form``) and ``flops_total``."""
         out = asdict(self)
+        del out["form"]
         out["flops_total"] = self.flops_total
         return out
 
 
-def params(d: int, heads: int, kv_heads: int) -> int:
-    """2d^2 (W_q, W_o) + 2 d (h_kv p) (W_k, W_v); 4d^2 for MHA."""
-    return 2 * d * d + 2 * d * (kv_heads * (d // heads))
+def _width(d: int, heads: int, head_dim: int | None) -> int:
+    """p: ``head_dim``, or d / h in the chapter's split."""
+    return d // heads if head_dim is None else head_dim
 
 
-def kv_cache_bytes_per_token(d: int, heads: int, kv_heads: int, dtype_bytes: int) -> int:
+def params(d: int, heads: int, kv_heads: int, head_dim: int | None = None) -> int:
+    """2 d (h p) (W_q, W_o) + 2 d (h_kv p) (W_k, W_v); 4d^2 for MHA with p = d/h."""
+    p = _width(d, heads, head_dim)
+    return 2 * d * (heads * p) + 2 * d * (kv_heads * p)
+
+
+def kv_cache_bytes_per_token(d: int, heads: int, kv_heads: int, dtype_bytes: int,
+                             head_dim: int | None = None) -> int:
     """One key and one value vector of h_kv heads of width p (Exercise 8.2)."""
-    return 2 * kv_heads * (d // heads) * dtype_bytes
+    return 2 * kv_heads * _width(d, heads, head_dim) * dtype_bytes
 
 
 def decoder_step_flops(d: int, m: int, heads: int = 1, kv_heads: int | None = None,
-                       cached: bool = True) -> int:
+                       cached: bool = True, head_dim: int | None = None) -> int:
     """FLOPs to generate one token that cross-attends to a fixed source of m tokens
     (Exercise 7.2): with the projected source keys/values cached, or recomputed."""
     kv_heads = heads if kv_heads is None else kv_heads
-    kv_width = kv_heads * (d // heads)
-    flops = 4 * d * d + 4 * m * d  # q and o projections of the new token; scores + mixing
+    p = _width(d, heads, head_dim)
+    q_width, kv_width = heads * p, kv_heads * p
+    # q and o projections of the new token; scores + mixing
+    flops = 2 * d * q_width + 2 * q_width * d + 4 * m * q_width
     if not cached:
         flops += 2 * 2 * m * d * kv_width
     return flops
@@ -147,10 +164,10 @@ def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
     """
     b, m, d, h = config.batch, config.m, config.d, config.heads
     n, keys, projected = step_lengths(config)
-    kv_width = config.kv_heads * config.head_dim
-    proj_qo = 2 * n * d * d + 2 * n * d * d
+    q_width, kv_width = config.query_width, config.kv_width  # h p and h_kv p
+    proj_qo = 2 * n * d * q_width + 2 * n * q_width * d
     proj_kv = 2 * 2 * projected * d * kv_width
-    attention = 2 * n * keys * d + 2 * n * keys * d
+    attention = 2 * n * keys * q_width + 2 * n * keys * q_width
     # prefix and causal cells mask too; the model counts their whole map, as the eager
     # backends compute it (a causal flash kernel skips about half: the GPU report says so)
     masked = masks_keys(config)
@@ -163,11 +180,15 @@ def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
     nbytes = DTYPE_BYTES[config.dtype]
     kernel = expected_kernel(config) if kernel is None else kernel
     materialised = map_elements * nbytes if materialises(kernel) else 0
-    activations = b * (2 * n * d + 2 * keys * kv_width + n * d + (m * d if config.cross else 0))
+    # queries and the heads' output (h p wide), keys and values, the layer's output and a
+    # cross-attention source (d wide)
+    activations = b * (2 * n * q_width + 2 * keys * kv_width + n * d
+                       + (m * d if config.cross else 0))
+    weights = params(d, h, config.kv_heads, config.head_dim)
     # Scores, masked scores and probabilities can be alive together in eager backends.
     # The loop backend holds one head's map at a time (it writes all h over the step).
     live_map = materialised // h if config.backend == "loop" else materialised
-    peak = (3 * live_map + activations * nbytes + params(d, h, config.kv_heads) * nbytes)
+    peak = (3 * live_map + activations * nbytes + weights * nbytes)
     if config.mode == "train":
         peak *= 2  # saved activations plus gradients
     return Cost(
@@ -175,10 +196,12 @@ def cost(config: AttentionConfig, kernel: str | None = None) -> Cost:
         flops_attention=factor * b * attention,
         flops_elementwise=b * elementwise,
         flops_model=factor * b * (proj_qo + proj_kv + attention),
-        params=params(d, h, config.kv_heads),
+        params=weights,
         attention_map_elements=map_elements,
         attention_map_bytes=materialised,
-        kv_cache_bytes_per_token=kv_cache_bytes_per_token(d, h, config.kv_heads, nbytes),
+        kv_cache_bytes_per_token=kv_cache_bytes_per_token(d, h, config.kv_heads, nbytes,
+                                                          config.head_dim),
         kv_cache_bytes_read=b * keys * 2 * kv_width * nbytes if config.mode == "decode" else 0,
         peak_bytes_estimate=peak,
+        form="chapter" if config.chapter_width and config.kv_heads == h else "general",
     )

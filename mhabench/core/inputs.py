@@ -1,7 +1,8 @@
 """Framework-neutral weights and inputs (numpy), so both frameworks see the same numbers.
 
 Weights use PyTorch's ``nn.Linear`` layout, ``(out_features, in_features)``:
-``W_q (d, d)``, ``W_k`` and ``W_v (h_kv p, d)``, ``W_o (d, d)``. Output feature
+``W_q (h p, d)``, ``W_k`` and ``W_v (h_kv p, d)``, ``W_o (d, h p)`` (``h p = d`` in the
+chapter's split). Output feature
 ``i*p + j`` of ``W_q`` feeds head ``i`` (the order ``transpose_qkv`` reads them in), and
 input features ``i*p ... (i+1)*p - 1`` of ``W_o`` receive head ``i``'s output.
 """
@@ -16,12 +17,12 @@ WEIGHT_NAMES = ("W_q", "W_k", "W_v", "W_o")
 
 
 def init_weights(config: AttentionConfig, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random float32 weights with variance 1/d (keeps activations of order one)."""
+    """Random float32 weights with variance 1/fan-in (keeps activations of order one)."""
     rng = np.random.default_rng(seed)
-    d, kv_width = config.d, config.kv_heads * config.head_dim
-    shapes = {"W_q": (d, d), "W_k": (kv_width, d), "W_v": (kv_width, d), "W_o": (d, d)}
-    scale = 1.0 / np.sqrt(d)
-    return {name: (rng.standard_normal(shape) * scale).astype(np.float32)
+    d, q_width, kv_width = config.d, config.query_width, config.kv_width
+    shapes = {"W_q": (q_width, d), "W_k": (kv_width, d), "W_v": (kv_width, d),
+              "W_o": (d, q_width)}
+    return {name: (rng.standard_normal(shape) * (1.0 / np.sqrt(shape[1]))).astype(np.float32)
             for name, shape in shapes.items()}
 
 

@@ -2,7 +2,8 @@
 
 Every backend, built-in or registered (``mhabench.core.backends``), runs the same small cells:
 self- and cross-attention, masked (valid_lens), grouped (GQA) and single (MQA) key/value
-heads, a decode step, the no-cache prefix step and a training step, with the shared
+heads, a decode step, the no-cache prefix step and a training step, heads whose width is
+set apart from d with a softmax scale of their own (the ``general`` variants), with the shared
 weights and inputs of ``mhabench.core.inputs``. Outputs must match the reference (torch's
 batched layer, the chapter's layout) to :data:`ATOL` in float32. A cell the backend does not
 support is n/a with the config's reason. The test suite and ``mhabench check`` both call
@@ -34,6 +35,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "train": {"mode": "train", "masked": True, "kv_heads": 2},
     "causal": {"causal": True},
     "causal-train": {"mode": "train", "causal": True, "kv_heads": 2},
+    # A published model's shape, scaled down: heads of width p with h p != d (4 x 8 = 32
+    # over d = 24), grouped key/value heads and a softmax scale other than 1/sqrt(p).
+    "general": {"kv_heads": 2, "head_dim": 8, "scale": 0.2, "masked": True},
+    "general-mha": {"head_dim": 8, "cross": True, "m": 11},
+    "general-decode": {"mode": "decode", "n": 1, "m": 9, "kv_heads": 2, "head_dim": 8,
+                       "scale": 0.2},
+    "general-train": {"mode": "train", "causal": True, "kv_heads": 2, "head_dim": 8,
+                      "scale": 0.2},
 }
 REFERENCE = ("torch", "batched")
 
@@ -55,10 +64,12 @@ class Agreement:
         return self.max_error is None or self.max_error <= ATOL
 
 
-def config_for(framework: str, backend: str, variant: str, **extra: Any) -> AttentionConfig:
-    """The variant's config (raises ValueError where the backend does not support it)."""
-    return AttentionConfig(**{**BASE, **VARIANTS[variant], "framework": framework,
-                              "backend": backend, **extra})
+def config_for(framework: str, backend: str, variant: str,
+               shape: dict[str, Any] | None = None, **extra: Any) -> AttentionConfig:
+    """The variant's config (raises ValueError where the backend does not support it);
+    ``shape`` replaces :data:`BASE`'s width and heads."""
+    return AttentionConfig(**{**BASE, **(shape or {}), **VARIANTS[variant],
+                              "framework": framework, "backend": backend, **extra})
 
 
 def forward_output(config: AttentionConfig, weights: dict[str, np.ndarray],
@@ -112,13 +123,18 @@ def output(config: AttentionConfig) -> np.ndarray:
                           x["valid_lens"])
 
 
-def check(framework: str, backend: str, variants: tuple[str, ...] = tuple(VARIANTS),
-          device: str = "cpu") -> list[Agreement]:
-    """Every variant of ``backend`` against :data:`REFERENCE` on ``device``."""
+def check(framework: str, backend: str, variants: tuple[str, ...] | None = None,
+          device: str = "cpu", shape: dict[str, Any] | None = None) -> list[Agreement]:
+    """Every variant of ``backend`` against :data:`REFERENCE` on ``device``. ``shape``: a
+    model's d, heads, kv_heads, head_dim and scale (``mhabench.core.models``) in place of
+    :data:`BASE`'s in every variant, where the variant sets no head width of its own
+    (those variants are left out by default); the kv_heads a variant sets still apply."""
+    if variants is None:
+        variants = tuple(v for v in VARIANTS if shape is None or "head_dim" not in VARIANTS[v])
     rows = []
     for variant in variants:
         try:
-            config = config_for(framework, backend, variant, device=device)
+            config = config_for(framework, backend, variant, device=device, shape=shape)
         except ValueError as err:
             rows.append(Agreement(variant, "", None, str(err)))
             continue

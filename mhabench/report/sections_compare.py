@@ -210,7 +210,8 @@ def decoding_section(ctx: Context) -> Section:
 def _decoder_flops(pairs: pd.DataFrame, cached: bool) -> list[int]:
     """The model's FLOPs of each row's decoder step: batch x new tokens x one token's."""
     return [decoder_step_flops(int(r["d"]), int(r["m"]), int(r["heads"]), int(r["kv_heads"]),
-                               cached) * int(r["batch"]) * int(r["n"])
+                               cached, None if pd.isna(r.get("head_dim")) else
+                               int(r["head_dim"])) * int(r["batch"]) * int(r["n"])
             for r in pairs.to_dict("records")]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mhabench.analysis.results import config_from_row
+from mhabench.analysis.results import config_from_row, head_widths
 from mhabench.analysis.tracks import track_values
 from mhabench.report.context import (
     MIN_SWEEP,
@@ -153,11 +153,11 @@ def exercise_section(ctx: Context) -> Section:
     for key, group in sweeps:
         summary.append(_sweep_row(key, group, sweep_id(key) in chosen))
         best = group["value"].min()
-        for r in group.to_dict("records"):
+        for r in group.assign(p=head_widths(group)).to_dict("records"):
             detail.append({"machine": key["machine"], "framework": key["framework"],
                            "backend": key["backend"], "dtype": key["dtype"],
                            "mode": key["mode"], "shape": shape(key), "h": r["heads"],
-                           "p = d/h": r["d"] // r["heads"],
+                           "p": r["p"],
                            "kernel": ran.get((r["machine"], r["config_id"]), ""),
                            "time (ms)": r["time_ms"], "t(h)/t(best h)": r["value"] / best,
                            **_compile_columns(r, compiles, times),

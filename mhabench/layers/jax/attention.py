@@ -80,10 +80,13 @@ class MultiHeadAttention(nnx.Module):
                  self_attention: bool = True,
                  core: tuple[Callable[..., Any], bool] | None = None,
                  kernel: str | None = None,
-                 kernel_init: nnx.Initializer | None = None) -> None:
+                 kernel_init: nnx.Initializer | None = None,
+                 head_dim: int | None = None, scale: float | None = None) -> None:
+        """``head_dim``: p (None: d / heads); ``scale``: the factor on the scores (None:
+        1 / sqrt(p))."""
         kv_heads = heads if kv_heads is None else kv_heads
-        if d % heads or heads % kv_heads:
-            raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
+        if (head_dim is None and d % heads) or heads % kv_heads:
+            raise ValueError(f"need heads | d (or a head_dim) and kv_heads | heads, got d={d}, "
                              f"heads={heads}, kv_heads={kv_heads}")
         if layout not in ("loop", "batched", "fused"):
             raise ValueError(f"layout={layout!r}; choose loop, batched or fused")
@@ -101,7 +104,12 @@ class MultiHeadAttention(nnx.Module):
         if kernel is not None and layout != "fused":
             raise ValueError(f"a forced kernel needs the fused layout, not layout={layout!r}")
         self.implementation = kernel  # dot_product_attention's: None, "xla" or "cudnn"
-        self.p = p = d // heads
+        self.p = p = d // heads if head_dim is None else head_dim
+        # None: dot_product_attention's and the plug-ins' own default; the eager layouts
+        # multiply by softmax_scale.
+        self.scale = scale
+        self.softmax_scale = 1.0 / math.sqrt(p) if scale is None else scale
+        self.q_width = q_width = heads * p
         kv_width = kv_heads * p
 
         init = {} if kernel_init is None else {"kernel_init": kernel_init}
@@ -125,17 +133,17 @@ class MultiHeadAttention(nnx.Module):
                                                         ("o", "W_o", 1, heads))
                            for i in range(count)]
         elif layout == "fused" and self_attention:
-            self.W_qkv = lin(d, d + 2 * kv_width)  # columns: W_q | W_k | W_v
+            self.W_qkv = lin(d, q_width + 2 * kv_width)  # columns: W_q | W_k | W_v
             self._parts = [("W_qkv", [(n, slice(None), 0) for n in ("W_q", "W_k", "W_v")])]
         elif layout == "fused":
-            self.W_q, self.W_kv = lin(d, d), lin(d, 2 * kv_width)  # W_kv columns: W_k | W_v
+            self.W_q, self.W_kv = lin(d, q_width), lin(d, 2 * kv_width)  # W_kv: W_k | W_v
             self._parts = [("W_q", [("W_q", slice(None), 0)]),
                            ("W_kv", [(n, slice(None), 0) for n in ("W_k", "W_v")])]
         else:
-            self.W_q, self.W_k, self.W_v = lin(d, d), lin(d, kv_width), lin(d, kv_width)
+            self.W_q, self.W_k, self.W_v = lin(d, q_width), lin(d, kv_width), lin(d, kv_width)
             self._parts = [(n, [(n, slice(None), 0)]) for n in ("W_q", "W_k", "W_v")]
         if layout != "loop":
-            self.W_o = lin(d, d)
+            self.W_o = lin(q_width, d)
             self._parts.append(("W_o", [("W_o", slice(None), 0)]))
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
@@ -158,8 +166,8 @@ class MultiHeadAttention(nnx.Module):
         """The weights in the shared torch layout (float32 numpy): from a model, or from a
         gradient state merged into one (``nnx.merge(graphdef, grads, rest)``)."""
         kv_width = self.kv_heads * self.p
-        shapes = {"W_q": (self.d, self.d), "W_k": (kv_width, self.d),
-                  "W_v": (kv_width, self.d), "W_o": (self.d, self.d)}
+        shapes = {"W_q": (self.q_width, self.d), "W_k": (kv_width, self.d),
+                  "W_v": (kv_width, self.d), "W_o": (self.d, self.q_width)}
         out = {n: np.zeros(shape, np.float32) for n, shape in shapes.items()}
         for path, parts in self._parts:
             kernel, start = np.asarray(self._kernel(path)[...], np.float32), 0
@@ -185,7 +193,7 @@ class MultiHeadAttention(nnx.Module):
                 return k, v
             if self.layout == "fused":
                 kernel = self.W_kv.kernel[...] if hasattr(self, "W_kv") else \
-                    self.W_qkv.kernel[...][:, self.d:]  # a self-attention layer: a copy
+                    self.W_qkv.kernel[...][:, self.q_width:]  # a self-attention layer: a copy
                 if keys is values:  # one matmul for K and V
                     k, v = jnp.split(keys @ kernel, 2, axis=-1)
                 else:
@@ -203,7 +211,7 @@ class MultiHeadAttention(nnx.Module):
             return self._attend_loop(queries, k, v, keep)
         b, n = queries.shape[:2]
         with region("projections"):
-            kernel = self.W_qkv.kernel[...][:, :self.d] if hasattr(self, "W_qkv") else \
+            kernel = self.W_qkv.kernel[...][:, :self.q_width] if hasattr(self, "W_qkv") else \
                 self.W_q.kernel[...]
             q = (queries @ kernel).reshape(b, n, self.heads, self.p)  # (b, n, h, p)
         if self.layout == "fused":
@@ -250,23 +258,25 @@ class MultiHeadAttention(nnx.Module):
         b, n = x.shape[:2]
         kv_width = self.kv_heads * self.p
         with region("projections"):
-            q, k, v = jnp.split(self.W_qkv(x), [self.d, self.d + kv_width], axis=-1)
+            q, k, v = jnp.split(self.W_qkv(x), [self.q_width, self.q_width + kv_width],
+                                axis=-1)
             return (q.reshape(b, n, self.heads, self.p), self._split_heads(k, self.kv_heads),
                     self._split_heads(v, self.kv_heads))
 
     def _output(self, out):
         b, n = out.shape[:2]
         with region("output"):
-            return self.W_o(out.reshape(b, n, self.d))
+            return self.W_o(out.reshape(b, n, self.q_width))  # (b, n, h, p) -> (b, n, h p)
 
     def _sdpa(self, q, k, v, keep):
         mask = None if keep is None else keep[:, None]  # (b or 1, 1, n or 1, m)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, m, h_kv, p) views
         with region("attention"):
             if self.implementation is None:
-                return jax.nn.dot_product_attention(q, k, v, mask=mask)  # (b, n, h, p)
-            try:  # traced once, at compile time: no cost in the step
                 return jax.nn.dot_product_attention(q, k, v, mask=mask,
+                                                    scale=self.scale)  # (b, n, h, p)
+            try:  # traced once, at compile time: no cost in the step
+                return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=self.scale,
                                                     implementation=self.implementation)
             except Exception as err:  # noqa: BLE001 (whatever the implementation refuses)
                 raise ValueError(f"implementation={self.implementation!r} cannot run this "
@@ -286,7 +296,7 @@ class MultiHeadAttention(nnx.Module):
             valid_lens = jnp.repeat(valid_lens, h, axis=0)
         keep = keep_mask(n, m, valid_lens, causal)
         with region("scores"):
-            scores = jnp.einsum("bnp,bmp->bnm", q, k) / math.sqrt(p)
+            scores = jnp.einsum("bnp,bmp->bnm", q, k) * self.softmax_scale
         with region("softmax"):
             weights = self.dropout(masked_softmax(scores, keep))
         with region("mixing"):
@@ -301,7 +311,7 @@ class MultiHeadAttention(nnx.Module):
             k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
         q = q.transpose(0, 2, 1, 3)  # (b, n, h, p) -> (b, h, n, p), the function's layout
         with region("attention"):
-            out = attend(q, k, v, valid_lens, causal)
+            out = attend(q, k, v, valid_lens, causal, self.scale)
         return out.transpose(0, 2, 1, 3)
 
     def _attend_loop(self, queries, k, v, keep):
@@ -311,7 +321,7 @@ class MultiHeadAttention(nnx.Module):
             with region("projections"):
                 q_i = self.q_heads[i](queries)  # (b, n, p): head i's query features
             with region("scores"):
-                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, i // g]) / math.sqrt(self.p)
+                scores = jnp.einsum("bnp,bmp->bnm", q_i, k[:, i // g]) * self.softmax_scale
             with region("softmax"):
                 weights = self.dropout(masked_softmax(scores, keep))
             with region("mixing"):
@@ -330,9 +340,12 @@ class ReferenceAttention(nnx.Module):
                  dtype: Any = jnp.float32) -> None:
         if source.kv_heads != source.heads:
             raise ValueError("the reference backend supports MHA only")
+        if source.scale is not None:
+            raise ValueError("flax.nnx.MultiHeadAttention takes no softmax scale")
         h, p, d = source.heads, source.p, source.d
+        # qkv_features h p: its heads are qkv_features / h wide, apart from d
         self.mha = nnx.MultiHeadAttention(
-            num_heads=h, in_features=d, qkv_features=d, out_features=d, use_bias=False,
+            num_heads=h, in_features=d, qkv_features=h * p, out_features=d, use_bias=False,
             dropout_rate=dropout, decode=False, dtype=dtype, param_dtype=dtype,
             kernel_init=placeholder_init, rngs=nnx.Rngs(0, dropout=1))
         w = source.weights()

@@ -35,13 +35,13 @@ F32 = jnp.float32
 
 
 def _tile_scores(qg: jax.Array, kb: jax.Array, start: jax.Array, m: int,
-                 valid_lens: jax.Array | None, causal: bool
+                 valid_lens: jax.Array | None, causal: bool, scale: float
                  ) -> tuple[jax.Array, jax.Array]:
     """Scaled, masked float32 scores (b, h_kv, g, n, block) of the keys from ``start`` on,
     and where a masked (not padded) key's score was replaced (the gradient stops there)."""
     n, block = qg.shape[3], kb.shape[2]
     s = jnp.einsum("bkgnp,bkmp->bkgnm", qg, kb, preferred_element_type=F32)
-    s = s / math.sqrt(qg.shape[-1])
+    s = s * scale
     pos = start + jnp.arange(block)  # key positions of this tile
     keep = jnp.ones((1, 1, 1, 1, block), bool)
     if valid_lens is not None:
@@ -60,7 +60,7 @@ def _blocks(x: jax.Array, block: int) -> tuple[jax.Array, int]:
     return (jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) if pad else x), count
 
 
-def _forward(qg, k, v, valid_lens, causal, block):
+def _forward(qg, k, v, valid_lens, causal, block, scale):
     """Output (b, h_kv, g, n, p) in float32 and each query's score max and sum of
     exp(score - max), apart: a log-sum-exp of -1e6 + log(m) would round away log(m)."""
     m = k.shape[2]
@@ -72,7 +72,7 @@ def _forward(qg, k, v, valid_lens, causal, block):
         run_max, run_sum, acc = carry
         kb = lax.dynamic_slice_in_dim(kp, start, block, axis=2)
         vb = lax.dynamic_slice_in_dim(vp, start, block, axis=2)
-        s, _ = _tile_scores(qg, kb, start, m, valid_lens, causal)
+        s, _ = _tile_scores(qg, kb, start, m, valid_lens, causal, scale)
         new_max = jnp.maximum(run_max, s.max(-1))  # finite: tile 0 holds no padding
         rescale = jnp.exp(run_max - new_max)
         w = jnp.exp(s - new_max[..., None])
@@ -87,19 +87,19 @@ def _forward(qg, k, v, valid_lens, causal, block):
     return acc / run_sum[..., None], (run_max, run_sum)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _attend(qg, k, v, valid_lens, causal, block):
-    out, _ = _forward(qg, k, v, valid_lens, causal, block)
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _attend(qg, k, v, valid_lens, causal, block, scale):
+    out, _ = _forward(qg, k, v, valid_lens, causal, block, scale)
     return out.astype(qg.dtype)
 
 
-def _attend_fwd(qg, k, v, valid_lens, causal, block):
-    out, stats = _forward(qg, k, v, valid_lens, causal, block)
+def _attend_fwd(qg, k, v, valid_lens, causal, block, scale):
+    out, stats = _forward(qg, k, v, valid_lens, causal, block, scale)
     out = out.astype(qg.dtype)
     return out, (qg, k, v, valid_lens, out, stats)
 
 
-def _attend_bwd(causal, block, residuals, d_out):
+def _attend_bwd(causal, block, scale, residuals, d_out):
     """Flash attention's backward: per tile, recompute the weights from the saved max and
     sum, accumulate dq, and emit that tile's dk and dv."""
     qg, k, v, valid_lens, out, (run_max, run_sum) = residuals
@@ -112,11 +112,11 @@ def _attend_bwd(causal, block, residuals, d_out):
     def step(dq, start):
         kb = lax.dynamic_slice_in_dim(kp, start, block, axis=2)
         vb = lax.dynamic_slice_in_dim(vp, start, block, axis=2)
-        s, keep = _tile_scores(qg, kb, start, m, valid_lens, causal)
+        s, keep = _tile_scores(qg, kb, start, m, valid_lens, causal, scale)
         w = jnp.exp(s - run_max[..., None]) / run_sum[..., None]  # 0 on padding
         dv = jnp.einsum("bkgnm,bkgnp->bkmp", w, d_out)
         dw = jnp.einsum("bkgnp,bkmp->bkgnm", d_out, vb, preferred_element_type=F32)
-        ds = jnp.where(keep, w * (dw - delta[..., None]), 0.0) / math.sqrt(p)
+        ds = jnp.where(keep, w * (dw - delta[..., None]), 0.0) * scale
         dq = dq + jnp.einsum("bkgnm,bkmp->bkgnp", ds, kb, preferred_element_type=F32)
         dk = jnp.einsum("bkgnm,bkgnp->bkmp", ds, qg, preferred_element_type=F32)
         return dq, (dk, dv)
@@ -136,12 +136,14 @@ _attend.defvjp(_attend_fwd, _attend_bwd)
 
 def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array,
                         valid_lens: jax.Array | None, causal: bool = False,
-                        block: int | None = None) -> jax.Array:
+                        block: int | None = None, scale: float | None = None) -> jax.Array:
     """Attention of q (b, h, n, p) over k, v (b, h_kv, m, p) -> (b, h, n, p) in q's dtype;
-    ``valid_lens`` None, (b,) or (b, n); ``block`` keys per tile (default :data:`BLOCK`)."""
+    ``valid_lens`` None, (b,) or (b, n); ``block`` keys per tile (default :data:`BLOCK`);
+    scores times ``scale`` (None: 1 / sqrt(p))."""
     b, h, n, p = q.shape
     h_kv, m = k.shape[1], k.shape[2]
     block = min(BLOCK if block is None else block, m)
+    scale = 1.0 / math.sqrt(p) if scale is None else float(scale)
     qg = q.reshape(b, h_kv, h // h_kv, n, p)  # query head j = kv head j // g, slot j % g
-    out = _attend(qg, k, v, valid_lens, bool(causal), block)
+    out = _attend(qg, k, v, valid_lens, bool(causal), block, scale)
     return out.reshape(b, h, n, p)

@@ -37,7 +37,8 @@ def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout:
     model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
                                config.dropout if dropout is None else dropout,
                                dtype=JAX_DTYPES[config.dtype], self_attention=not config.cross,
-                               core=core, kernel=kernel, kernel_init=placeholder_init)
+                               core=core, kernel=kernel, kernel_init=placeholder_init,
+                               head_dim=config.head_dim, scale=config.scale)
     model.load_weights(weights)
     return model
 

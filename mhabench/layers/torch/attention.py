@@ -7,11 +7,13 @@ of its own scores, softmax and mixing, and the fused layout can be forced to one
 kernel. A config's layer and step are built in ``mhabench.layers.torch.steps``.
 
 All backends load one parameter layout (``mhabench.core.inputs``): ``W_q``, ``W_k``, ``W_v``,
-``W_o``, key/value projections of width ``h_kv * p`` shared by groups of ``h / h_kv`` query
-heads. ``loop`` and ``batched`` hold them as four bias-free ``nn.Linear`` layers; ``fused``
-packs ``W_q; W_k; W_v`` into one ``W_qkv`` parameter at build time (as torch's own
-``MultiheadAttention`` keeps ``in_proj_weight``), so no step concatenates weights. The
-``reference`` backend wraps ``torch.nn.MultiheadAttention`` (its fast path), same weights.
+``W_o``, query and output projections of width ``h * p``, key/value projections of width
+``h_kv * p`` shared by groups of ``h / h_kv`` query heads (``p`` is ``d / h`` unless the
+layer is given its own ``head_dim``). ``loop`` and ``batched`` hold them as four
+bias-free ``nn.Linear`` layers; ``fused`` packs ``W_q; W_k; W_v`` into one ``W_qkv``
+parameter at build time (as torch's own ``MultiheadAttention`` keeps ``in_proj_weight``),
+so no step concatenates weights. The ``reference`` backend wraps
+``torch.nn.MultiheadAttention`` (its fast path), same weights.
 
 Softmax runs in float32 in every backend: ``loop`` and ``batched`` upcast the scores
 (:func:`masked_softmax`); the CPU flash kernel behind ``fused`` and ``reference``
@@ -99,16 +101,19 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
                  layout: str = "batched", dropout: float = 0.0,
                  core: tuple[Callable[..., Any], bool] | None = None,
-                 kernel: str | None = None) -> None:
+                 kernel: str | None = None, head_dim: int | None = None,
+                 scale: float | None = None) -> None:
         """``core``: an attention function on projected heads,
-        ``attend(q, k, v, valid_lens, causal)``, and whether it takes grouped key/value
-        heads (a plug-in's is wrapped by ``mhabench.layers.torch.steps``); it replaces the
-        batched layout's scores, softmax and mixing. ``kernel``: the SDPA kernel the fused
-        layout is forced to (flash, efficient, cudnn, math)."""
+        ``attend(q, k, v, valid_lens, causal, scale)``, and whether it takes grouped
+        key/value heads (a plug-in's is wrapped by ``mhabench.layers.torch.steps``); it
+        replaces the batched layout's scores, softmax and mixing. ``kernel``: the SDPA
+        kernel the fused layout is forced to (flash, efficient, cudnn, math).
+        ``head_dim``: p (None: d / heads); ``scale``: the factor on the scores (None:
+        1 / sqrt(p))."""
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
-        if d % heads or heads % kv_heads:
-            raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, "
+        if (head_dim is None and d % heads) or heads % kv_heads:
+            raise ValueError(f"need heads | d (or a head_dim) and kv_heads | heads, got d={d}, "
                              f"heads={heads}, kv_heads={kv_heads}")
         if layout not in ("loop", "batched", "fused"):
             raise ValueError(f"layout={layout!r}; choose loop, batched or fused "
@@ -121,19 +126,23 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"a forced kernel needs the fused layout, not layout={layout!r}")
         self.core = core
         self.sdpa_backends = None if kernel is None else [_sdpa_backend(kernel)]
-        self.p = d // heads
-        kv_width = kv_heads * self.p
+        self.p = d // heads if head_dim is None else head_dim
+        # None: SDPA's and the plug-ins' own default; the eager layouts multiply by it.
+        self.scale = scale
+        self.softmax_scale = 1.0 / math.sqrt(self.p) if scale is None else scale
+        q_width, kv_width = heads * self.p, kv_heads * self.p
+        self.q_width = q_width
         self.dropout = nn.Dropout(dropout)
         # Rows of each projection inside the packed weight (fused) and the shapes loaded.
-        self._rows = {"W_q": (0, d), "W_k": (d, d + kv_width),
-                      "W_v": (d + kv_width, d + 2 * kv_width)}
+        self._rows = {"W_q": (0, q_width), "W_k": (q_width, q_width + kv_width),
+                      "W_v": (q_width + kv_width, q_width + 2 * kv_width)}
         if layout == "fused":
-            self.W_qkv = nn.Linear(d, d + 2 * kv_width, bias=False)  # rows: W_q; W_k; W_v
+            self.W_qkv = nn.Linear(d, q_width + 2 * kv_width, bias=False)  # W_q; W_k; W_v
         else:
-            self.W_q = nn.Linear(d, d, bias=False)
+            self.W_q = nn.Linear(d, q_width, bias=False)
             self.W_k = nn.Linear(d, kv_width, bias=False)
             self.W_v = nn.Linear(d, kv_width, bias=False)
-        self.W_o = nn.Linear(d, d, bias=False)
+        self.W_o = nn.Linear(q_width, d, bias=False)
 
     # ----- the shared weight layout -----------------------------------------------------
     def weight(self, name: str) -> torch.Tensor:
@@ -163,8 +172,8 @@ class MultiHeadAttention(nn.Module):
         return X.reshape(X.shape[0], X.shape[1], heads, self.p).transpose(1, 2)
 
     def merge_heads(self, X: torch.Tensor) -> torch.Tensor:
-        # (b, h, n, p) -> (b, n, h, p) -> (b, n, d)
-        return X.transpose(1, 2).reshape(X.shape[0], X.shape[2], self.d)
+        # (b, h, n, p) -> (b, n, h, p) -> (b, n, h * p)
+        return X.transpose(1, 2).reshape(X.shape[0], X.shape[2], self.q_width)
 
     def _drop(self, weights: torch.Tensor) -> torch.Tensor:
         # Not even a no-op call outside training: eval steps dispatch nothing for dropout.
@@ -185,7 +194,7 @@ class MultiHeadAttention(nn.Module):
                 return torch.stack(ks, dim=1), torch.stack(vs, dim=1)
             if self.layout == "fused" and keys is values:
                 # One matmul for K and V: their rows are adjacent in the packed weight.
-                kv = F.linear(keys, self.W_qkv.weight[self.d:])
+                kv = F.linear(keys, self.W_qkv.weight[self.q_width:])
                 k, v = kv.split(self.kv_heads * self.p, dim=-1)
             else:
                 k, v = F.linear(keys, self.weight("W_k")), F.linear(values, self.weight("W_v"))
@@ -234,7 +243,7 @@ class MultiHeadAttention(nn.Module):
         # Q, K and V of one tensor in one matmul with the packed weight.
         with region("projections"):
             kv_width = self.kv_heads * self.p
-            q, k, v = self.W_qkv(x).split([self.d, kv_width, kv_width], dim=-1)
+            q, k, v = self.W_qkv(x).split([self.q_width, kv_width, kv_width], dim=-1)
             return (self.split_heads(q, self.heads), self.split_heads(k, self.kv_heads),
                     self.split_heads(v, self.kv_heads))
 
@@ -255,7 +264,7 @@ class MultiHeadAttention(nn.Module):
             valid_lens = torch.repeat_interleave(valid_lens, repeats=h, dim=0)
         keep = keep_mask(n, k.shape[1], valid_lens, causal, k.device)
         with region("scores"):
-            scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.p)  # (b*h, n, m)
+            scores = torch.bmm(q, k.transpose(1, 2)) * self.softmax_scale  # (b*h, n, m)
         with region("softmax"):
             weights = self._drop(masked_softmax(scores, keep))
         with region("mixing"):
@@ -268,7 +277,7 @@ class MultiHeadAttention(nn.Module):
         if g > 1 and not takes_groups:
             k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
         with region("attention"):
-            out = attend(q, k, v, valid_lens, causal)
+            out = attend(q, k, v, valid_lens, causal, self.scale)
         return out
 
     def _attend_loop(self, queries, k, v, keep):
@@ -279,7 +288,7 @@ class MultiHeadAttention(nn.Module):
             with region("projections"):
                 q_i = queries @ self.W_q.weight[cols].T  # (b, n, p): head i's query features
             with region("scores"):
-                scores = torch.bmm(q_i, k[:, i // g].transpose(1, 2)) / math.sqrt(self.p)
+                scores = torch.bmm(q_i, k[:, i // g].transpose(1, 2)) * self.softmax_scale
             with region("softmax"):
                 weights = self._drop(masked_softmax(scores, keep))  # (b, n, m)
             with region("mixing"):
@@ -303,7 +312,7 @@ class MultiHeadAttention(nn.Module):
         with region("attention"), forced:
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=keep, is_causal=own_causal,
-                dropout_p=self.dropout.p if self.training else 0.0,
+                dropout_p=self.dropout.p if self.training else 0.0, scale=self.scale,
                 enable_gqa=self.kv_heads != self.heads)
 
 
@@ -323,6 +332,9 @@ class ReferenceAttention(nn.Module):
         super().__init__()
         if source.kv_heads != source.heads:
             raise ValueError("torch.nn.MultiheadAttention supports MHA only")
+        if source.q_width != source.d or source.scale is not None:
+            raise ValueError("torch.nn.MultiheadAttention splits d into its heads (h p = d) "
+                             "and takes no softmax scale")
         self.heads = source.heads
         self.mha = nn.MultiheadAttention(source.d, source.heads, dropout=source.dropout.p,
                                          bias=False, batch_first=True)

@@ -42,8 +42,10 @@ class CompiledAttention(MultiHeadAttention):
     """The batched layout with its entry points compiled (see the module docstring)."""
 
     def __init__(self, d: int, heads: int, kv_heads: int | None = None,
-                 dropout: float = 0.0) -> None:
-        super().__init__(d, heads, kv_heads, "batched", dropout)
+                 dropout: float = 0.0, head_dim: int | None = None,
+                 scale: float | None = None) -> None:
+        super().__init__(d, heads, kv_heads, "batched", dropout, head_dim=head_dim,
+                         scale=scale)
         self._compiled: dict[str, Callable[..., Any]] = {}
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -74,6 +76,7 @@ class CompiledAttention(MultiHeadAttention):
 def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray]) -> CompiledAttention:
     """The compiled layer for ``config`` with ``weights`` (CPU, float32; nothing compiles
     before the first call, so ``build_model``'s ``.to()`` comes first)."""
-    model = CompiledAttention(config.d, config.heads, config.kv_heads, config.dropout)
+    model = CompiledAttention(config.d, config.heads, config.kv_heads, config.dropout,
+                              config.head_dim, config.scale)
     model.load_weights(weights)
     return model

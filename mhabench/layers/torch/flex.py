@@ -55,21 +55,23 @@ def key_limit(valid_lens: torch.Tensor | None, causal: bool, n: int, m: int,
 
 
 def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                valid_lens: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+                valid_lens: torch.Tensor | None = None, causal: bool = False,
+                scale: float | None = None) -> torch.Tensor:
     """Attention of q (b, h, n, p) over k, v (b, h_kv, m, p) with h_kv | h, masked by
-    ``valid_lens`` (None, (b,) or (b, n)) and ``causal``; out (b, h, n, p), equal to
-    mhabench's reference (rows with no valid key: the mean of all values)."""
+    ``valid_lens`` (None, (b,) or (b, n)) and ``causal``, scores times ``scale`` (None:
+    1 / sqrt(p)); out (b, h, n, p), equal to mhabench's reference (rows with no valid key:
+    the mean of all values)."""
     b, h, n, _ = q.shape
     m = k.shape[2]
     gqa = k.shape[1] != h
     if valid_lens is None and not causal:
-        return flex_attention(q, k, v, enable_gqa=gqa)
+        return flex_attention(q, k, v, scale=scale, enable_gqa=gqa)
 
     def mask_mod(b_idx, h_idx, q_idx, kv_idx):
         return kv_idx.to(torch.float32) < key_limit(valid_lens, causal, n, m, b_idx, q_idx)
 
     block_mask = create_block_mask(mask_mod, b, None, n, m, device=q.device)
-    out = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+    out = flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
     # Rows with no valid key (flex: 0) are uniform over all keys in the reference.
     rows = torch.arange(b, device=q.device)[:, None]
     limits = key_limit(valid_lens, causal, n, m, rows, torch.arange(n, device=q.device))
@@ -92,8 +94,8 @@ class CompiledFlex:
         self.calls = 0
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 valid_lens: torch.Tensor | None = None, causal: bool = False
-                 ) -> torch.Tensor:
+                 valid_lens: torch.Tensor | None = None, causal: bool = False,
+                 scale: float | None = None) -> torch.Tensor:
         if valid_lens is not None:
             # The template's mask subgraph reads only graph inputs: a strided view of the
             # lengths would be copied inside the graph, which its lowering rejects.
@@ -102,7 +104,7 @@ class CompiledFlex:
         if self.calls == 1:
             with torch._dynamo.config.patch(recompile_limit=FIRST_CALL_LIMIT,
                                             accumulated_recompile_limit=FIRST_CALL_LIMIT):
-                return self.compiled(q, k, v, valid_lens, causal)
+                return self.compiled(q, k, v, valid_lens, causal, scale)
         with torch.compiler.set_stance("fail_on_recompile"):
-            return self.compiled(q, k, v, valid_lens, causal)
+            return self.compiled(q, k, v, valid_lens, causal, scale)
 

@@ -32,7 +32,8 @@ def build_layer(config: AttentionConfig, weights: dict[str, np.ndarray], layout:
     float32 (``build_model`` moves it); ``core`` and ``kernel`` as in
     :class:`MultiHeadAttention`."""
     model = MultiHeadAttention(config.d, config.heads, config.kv_heads, layout,
-                               config.dropout, core=core, kernel=kernel)
+                               config.dropout, core=core, kernel=kernel,
+                               head_dim=config.head_dim, scale=config.scale)
     model.load_weights(weights)
     return model
 
