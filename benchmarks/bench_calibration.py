@@ -7,8 +7,7 @@ size (mhabench.measure.calibration.MATMUL_SIZE, COPY_MIB); other size x device c
 
 import itertools
 
-from mhabench.measure import calibration
-from mhabench.suite.bench.common import (
+from mhabench.bench.common import (
     DEVICE_PARAMS,
     DTYPES,
     FRAMEWORKS,
@@ -17,6 +16,7 @@ from mhabench.suite.bench.common import (
     parameters,
     unsupported_as_skip,
 )
+from mhabench.measure import calibration
 
 SIZES = {device: calibration.MATMUL_SIZE[device][GRID] for device in DEVICE_PARAMS}
 MIBS = {device: calibration.COPY_MIB[device][GRID] for device in DEVICE_PARAMS}

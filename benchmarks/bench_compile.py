@@ -10,9 +10,7 @@ fail-on-recompile stance; JAX steps are compiled ahead of time and cannot recomp
 
 from typing import Any
 
-from mhabench.measure import timing
-from mhabench.measure.compile_time import compile_seconds
-from mhabench.suite.bench.common import (
+from mhabench.bench.common import (
     CHAPTER,
     FEW_HEADS,
     NEW_BACKENDS,
@@ -23,6 +21,8 @@ from mhabench.suite.bench.common import (
     skip_cells,
     unsupported_as_skip,
 )
+from mhabench.measure import timing
+from mhabench.measure.compile_time import compile_seconds
 
 COMPILING = [b for b in NEW_BACKENDS if b != "blockwise"]  # torch's; JAX: every backend
 

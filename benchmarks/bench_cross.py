@@ -10,7 +10,7 @@ no memory process here (bench_decode's CrossDecodeSource measures a cross step's
 tiny and full measure it here too.
 """
 
-from mhabench.suite.bench.common import (
+from mhabench.bench.common import (
     BACKENDS,
     CHAPTER,
     FEW_HEADS,
@@ -22,7 +22,7 @@ from mhabench.suite.bench.common import (
     newer_backends_where,
     parameters,
 )
-from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 LENGTHS = grid(tiny=[8, 64], quick=[64, 1024], full=[64, 512, 4096])
 

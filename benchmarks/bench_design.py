@@ -22,6 +22,17 @@ decode and 16 training ones, every cell.
 import itertools
 from typing import Any
 
+from mhabench.bench.common import (
+    BACKENDS,
+    FRAMEWORKS,
+    GRID,
+    NEW_BACKENDS,
+    WHERE,
+    grid,
+    parameters,
+    skip_cells,
+)
+from mhabench.bench.methods import DeviceTime, TimeStep
 from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import block_mask_elements
@@ -34,17 +45,6 @@ from mhabench.core.design import (
     TRAIN_BOX,
     calibration_design,
 )
-from mhabench.suite.bench.common import (
-    BACKENDS,
-    FRAMEWORKS,
-    GRID,
-    NEW_BACKENDS,
-    WHERE,
-    grid,
-    parameters,
-    skip_cells,
-)
-from mhabench.suite.bench.methods import DeviceTime, TimeStep
 
 DESIGN_BACKENDS = grid(tiny=["batched", "fused"], quick=[*BACKENDS, *NEW_BACKENDS],
                        full=[*BACKENDS, *NEW_BACKENDS])

@@ -17,10 +17,10 @@ cell's record (``mhabench.measure.gpu_state``). Time only: no memory or device-t
 call alone (a forced one cannot fall back).
 """
 
+from mhabench.bench.common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, WHERE, parameters
+from mhabench.bench.methods import KernelTrack, TimeStep, WarmL2
 from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
-from mhabench.suite.bench.common import DEVICE_PARAMS, DTYPES, FRAMEWORKS, WHERE, parameters
-from mhabench.suite.bench.methods import KernelTrack, TimeStep, WarmL2
 
 TOKENS = 16384  # batch x n of every prefill cell
 N = [512, 2048, 8192, 16384]

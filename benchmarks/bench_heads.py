@@ -1,9 +1,9 @@
 """Exercise 6.4: does the head count h cost nothing at fixed width d?
 
-The classes live in ``mhabench.suite.bench.heads``, which a user's suite (``mhabench init``)
+The classes live in ``mhabench.bench.heads``, which a user's suite (``mhabench init``)
 reuses; exported here, asv names them ``bench_heads.<Class>``."""
 
-from mhabench.suite.bench import heads
-from mhabench.suite.bench.reuse import export
+from mhabench.bench import heads
+from mhabench.bench.reuse import export
 
 HeadsAtFixedWidth = export(heads.HeadsAtFixedWidth, __name__)

@@ -8,9 +8,9 @@ reason. On a CPU only flash, math and xla exist; the GPU grid (``scripts/gpu-gri
 them all, in float32 and bfloat16.
 """
 
+from mhabench.bench.common import CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, grid, parameters
+from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 from mhabench.core.backends import FORCED
-from mhabench.suite.bench.common import CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, grid, parameters
-from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
 # KernelTrack: the forced kernel must be the one that ran.

@@ -4,7 +4,7 @@ Four or more points per curve, so the report can fit the n^2 d (scores, mixing) 
 (projections) terms of the 8nd^2 + 4n^2 d model and see the per-head overhead it leaves out.
 """
 
-from mhabench.suite.bench.common import (
+from mhabench.bench.common import (
     BACKENDS,
     CHAPTER,
     FEW_HEADS,
@@ -14,7 +14,7 @@ from mhabench.suite.bench.common import (
     grid,
     parameters,
 )
-from mhabench.suite.bench.methods import DeviceTime, StepMemory, StepRss, TimeStep
+from mhabench.bench.methods import DeviceTime, StepMemory, StepRss, TimeStep
 
 SCALING_BACKENDS = grid(tiny=["fused"], quick=["batched", "fused"], full=BACKENDS)
 BATCH = [grid(tiny=1, quick=2, full=8)]

@@ -117,7 +117,7 @@ def test_design_classes_name_the_config_they_time() -> None:
     code = """
     import inspect, itertools, json
     from benchmarks import bench_design
-    from mhabench.suite.bench.common import AttentionBenchmark, config_of
+    from mhabench.bench.common import AttentionBenchmark, config_of
     out = []
     # asv times every concrete class the module's namespace holds, under every name it is
     # bound to (not the mixins it imports: they are abstract)

@@ -32,7 +32,7 @@ from support.plugin_package import write_module
 from support.scratch import ASV, ROOT, commit_all, git
 
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
-from mhabench.suite.own_repo import InitError, source_from
+from mhabench.asvproject.own_repo import InitError, source_from
 
 PLUGIN = "mysdpa"
 

@@ -15,6 +15,7 @@ import pytest
 from fixtures.synthetic_asv import BENCH, synthetic_time, write_results
 
 from mhabench.analysis.results import load_results
+from mhabench.cluster.merge import merge
 from mhabench.core.backends import BUILTIN
 from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS
 from mhabench.report.build import SECTION_IDS, build_report, write_report
@@ -23,7 +24,6 @@ from mhabench.report.html import MAX_OPEN_ROWS
 from mhabench.report.palette import Palette, clashes
 from mhabench.report.plots import MAX_LINES, panels, plot_png
 from mhabench.report.types import Plot, Report, Section
-from mhabench.suite.merge import merge
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = {"log": lambda m: None}

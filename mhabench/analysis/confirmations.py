@@ -20,7 +20,7 @@ VERDICTS = ("confirmed", "cleared")
 @dataclass(frozen=True)
 class Confirmation:
     """The verdict of fresh rounds of processes on one cell between the commits either side
-    of a step (:func:`mhabench.suite.gate.confirm`)."""
+    of a step (:func:`mhabench.compare.gate.confirm`)."""
 
     machine: str
     cell: str  # asv's name with parameters, as its tables print it

@@ -29,7 +29,7 @@ processes, whole-run shifts set apart, steps confirmed by re-measurement.
    steps taken out of their cells (a change of code is no move of the machine's).
 6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
    either side in 12 fresh interleaved rounds, one median per process (the gate's second
-   stage, :func:`mhabench.suite.gate.confirm`); its verdicts
+   stage, :func:`mhabench.compare.gate.confirm`); its verdicts
    (:mod:`mhabench.analysis.confirmations`) make a step
    **confirmed** or **cleared**.
 

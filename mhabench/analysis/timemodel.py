@@ -171,7 +171,7 @@ class TimeModel:
                 **{f"coef_{f}": self.coef[f] for f in FEATURES}}
 
 
-WARM_SUFFIX = ".time_step_warm"  # suite.bench.common: a GPU cell timed with L2 left warm
+WARM_SUFFIX = ".time_step_warm"  # mhabench.bench: a GPU cell timed with L2 left warm
 
 
 def timing_cells(frame: pd.DataFrame, commits: Sequence[str] | None = None) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """``mhabench confirm``: re-measure the report's steps across commits. Every candidate step
 (and every step that holds over the history, or rests on a disturbed run) of a ``time_``
 cell not yet re-measured is re-run at the commits on either side in fresh interleaved
-rounds of fresh processes (the gate's second stage, :func:`mhabench.suite.gate.confirm`: a step
+rounds of fresh processes (the gate's second stage, :func:`mhabench.compare.gate.confirm`: a step
 is confirmed where the interval of the ratio of process medians clears 1.0 and the ratio
 passes the factor, slower); the verdicts go to a new
 ``<confirmations>/<UTC time>/confirmations.json``, where ``mhabench report`` reads them.
@@ -84,7 +84,7 @@ def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
 
     from mhabench.analysis.confirmations import Confirmation
     from mhabench.analysis.process_compare import verdict as judge
-    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
+    from mhabench.compare.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
     results = confirm(before, after, cells, target, asv_args=["--machine", machine],
                       echo=lambda text: print(text, file=sys.stderr, flush=True))
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from mhabench.analysis.confirmations import save_confirmations
-    from mhabench.suite.gate import CONFIRM_ROUNDS
+    from mhabench.compare.gate import CONFIRM_ROUNDS
 
     steps, folder = _steps(args)
     if not steps:

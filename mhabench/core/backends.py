@@ -42,6 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mhabench.core.grids import CHAPTER_BACKENDS, NEWER_BACKENDS
+
 ENTRY_POINT_GROUP = "mhabench.backends"
 ENV_VAR = "MHABENCH_BACKENDS"
 ALL_MODES = ("forward", "train", "decode", "prefix")
@@ -237,10 +239,9 @@ KEY_BLOCK = 64
 register(Backend("blockwise", "jax", impl="blockwise", gqa=True, dropout=False,
                  materialises=False,
                  summary="online softmax over key blocks (lax.scan), never the whole map"))
-CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
 # Every built-in, in the order names() lists them.
-BUILTIN = CHAPTER + ("compiled", "flex", "blockwise") + FORCED
+BUILTIN = CHAPTER_BACKENDS + NEWER_BACKENDS + FORCED
 
 
 def load_plugins() -> None:

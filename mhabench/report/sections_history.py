@@ -22,10 +22,10 @@ from mhabench.analysis.regressions import (
     regressions,
 )
 from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
+from mhabench.compare.rounds import CONFIRM_ROUNDS
 from mhabench.measure.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
-from mhabench.suite.rounds import CONFIRM_ROUNDS
 
 CONFIRM_COMMAND = "mhabench confirm --results {results}"
 

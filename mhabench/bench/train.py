@@ -1,7 +1,7 @@
 """A forward pass against forward + backward (one training step of the attention layer)."""
 
-from mhabench.suite.bench.common import BACKENDS, CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, parameters
-from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.bench.common import BACKENDS, CHAPTER, FEW_HEADS, FRAMEWORKS, WHERE, parameters
+from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
 class ForwardVsTrain(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):

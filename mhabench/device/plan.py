@@ -1,4 +1,4 @@
-"""How a bounded GPU run spends its seconds (``scripts/gpu-grid``, :mod:`mhabench.suite.devicerun`).
+"""How a bounded GPU run spends its seconds (``scripts/gpu-grid``, :mod:`mhabench.device.run`).
 
 :func:`schedule` decides the asv runs: each benchmark class whole if its estimate fits the
 seconds left, else method by method, and a method that does not fit in chunks of exact cells

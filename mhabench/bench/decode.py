@@ -13,8 +13,8 @@
 The framework layers have no cached-key/value step, so there is no ``reference`` here.
 """
 
-from mhabench.suite.bench.common import FRAMEWORKS, GRID, WHERE, grid, parameters
-from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.bench.common import FRAMEWORKS, GRID, WHERE, grid, parameters
+from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 # The loop backend's decode is a Python loop over heads: full grid only, but for the KV
 # cache's time cells on the quick grid (below).

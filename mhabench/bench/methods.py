@@ -7,7 +7,7 @@ text names every benchmark it has::
     class HeadsAtFixedWidth(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
 
 Each method runs on the class's kept cells (``keep``) that its mixin takes (its own
-``skip_params``, per class: ``mhabench.suite.bench.common.runs_on``); a class none of
+``skip_params``, per class: ``mhabench.bench.common.runs_on``); a class none of
 whose cells a method takes has no such method, since asv would still start a process for it
 (~0.6 s).
 The mixins are abstract (``param_names`` and ``params`` are a concrete class's), so asv
@@ -18,6 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from mhabench.bench.common import (
+    _UNSETTLED,
+    GRID,
+    RECORD_KERNELS,
+    AttentionBenchmark,
+    _Sampling,
+    runs_on,
+)
 from mhabench.measure import (
     allocator,
     device_time,
@@ -26,14 +34,6 @@ from mhabench.measure import (
     machine_load,
     memory,
     timing,
-)
-from mhabench.suite.bench.common import (
-    _UNSETTLED,
-    GRID,
-    RECORD_KERNELS,
-    AttentionBenchmark,
-    _Sampling,
-    runs_on,
 )
 
 
@@ -78,7 +78,7 @@ class TimeStep(AttentionBenchmark):
     warm-up ran once per process in ``timing.prepare``, and the heap settles in
     ``time_step``'s own setup); ``warmup_time`` adds warm calls before the samples, and
     ``repeat`` asks for enough samples for asv compare's Mann-Whitney test to call a change
-    significant (7 a side at least); the gate sets its own (``mhabench.suite.rounds``)."""
+    significant (7 a side at least); the gate sets its own (``mhabench.compare.rounds``)."""
 
     def time_step(self, *params: Any) -> None:
         self.step()

@@ -14,7 +14,7 @@ mhabench's own ``benchmarks/`` and the suite ``mhabench init`` writes into a use
   ``mhabench.measure.timing.prepare`` for the compiled, warmed-up, synchronising step and maps
   every "cannot run here" error to ``NotImplementedError`` (asv shows n/a, not failed).
   What asv times or tracks of a class are the mixins its bases list
-  (``mhabench.suite.bench.methods``: ``TimeStep``, ``StepMemory``, ``StepRss``,
+  (``mhabench.bench.methods``: ``TimeStep``, ``StepMemory``, ``StepRss``,
   ``KernelTrack``, ``WarmL2``, ``DeviceTime``).
 
 Convention that makes results self-describing: the ``param_names`` of an attention class
@@ -37,21 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mhabench.core import backends
+from mhabench.core import backends, grids
 from mhabench.core.config import DEVICES, AttentionConfig, framework_installed
 from mhabench.core.config import DTYPES as ALL_DTYPES
 from mhabench.measure import gpu_state, machine_load, timing
 
-GRIDS = ("tiny", "quick", "full")
 T = TypeVar("T")
-
-
-def grid_from_env() -> str:
-    name = os.environ.get("MHABENCH_GRID", "quick")
-    if name not in GRIDS:
-        raise ValueError(f"MHABENCH_GRID={name!r} is not allowed; choose one of "
-                         f"{', '.join(GRIDS)}")
-    return name
 
 
 def list_from_env(var: str, default: list[str], allowed: tuple[str, ...]) -> list[str]:
@@ -64,12 +55,12 @@ def list_from_env(var: str, default: list[str], allowed: tuple[str, ...]) -> lis
     return names
 
 
-GRID = grid_from_env()
+GRID = grids.grid_from_env()
 
 
 def grid(*, tiny: T, quick: T, full: T) -> T:
     """The value for the grid in force (MHABENCH_GRID)."""
-    return {"tiny": tiny, "quick": quick, "full": full}[GRID]
+    return grids.pick(GRID, tiny=tiny, quick=quick, full=full)
 
 
 # tiny and quick stay on the CPU (every skipped cuda cell still costs a process start);
@@ -139,12 +130,12 @@ FRAMEWORKS = ["torch", "jax"]
 # The chapter's four backends, then every plug-in registered from outside mhabench (entry
 # points, MHABENCH_BACKENDS); a plug-in's cells in a framework it does not run are skipped.
 # mhabench's own newer backends join the grids class by class (the quick grid's budget).
-BACKENDS = [*backends.CHAPTER, *backends.plugin_names()]
+BACKENDS = [*grids.CHAPTER_BACKENDS, *backends.plugin_names()]
 # mhabench's newer backends (torch.compile, FlexAttention, JAX blockwise) join the Exercise
 # 6.4 sweep, and one GQA and one cross cell (bench_gqa, bench_cross). A torch cell of
 # theirs compiles for 2-3 s in every process; tiny (CI) takes only blockwise, which
 # compiles in under a second (bench_compile times a compiled cell there).
-NEW_BACKENDS = [b for b in ("compiled", "flex", "blockwise") if b in backends.names()]
+NEW_BACKENDS = [b for b in grids.NEWER_BACKENDS if b in backends.names()]
 GRID_NEW_BACKENDS = grid(tiny=[b for b in NEW_BACKENDS if b == "blockwise"],
                          quick=NEW_BACKENDS, full=NEW_BACKENDS)
 SWEEP_BACKENDS = BACKENDS + GRID_NEW_BACKENDS
@@ -303,7 +294,7 @@ def _per_class(method: Callable[..., Any], skip: list[tuple[Any, ...]]) -> Calla
 class AttentionBenchmark(abc.ABC):
     """Base of the attention classes: a subclass sets ``param_names`` (config fields and
     ``threads``) and ``params`` (abstract here, so asv collects neither this base nor a
-    mixin of ``mhabench.suite.bench.methods``) and lists in its bases the mixins whose methods asv
+    mixin of ``mhabench.bench.methods``) and lists in its bases the mixins whose methods asv
     runs on its cells. ``keep`` says which valid cells the class runs at all (the others
     are in ``skip_params``, skipped before any setup); each mixin's method runs on the kept
     cells it takes (its own ``skip_params``: :func:`runs_on`).
@@ -370,7 +361,7 @@ class AttentionBenchmark(abc.ABC):
         # asv tears down after a setup that skipped the cell too (n/a): no config then.
         config = getattr(self, "cfg", None)
         # asv's name: the module relative to the benchmark folder (a class exported there
-        # says that module: mhabench.suite.bench.reuse)
+        # says that module: mhabench.bench.reuse)
         module = type(self).__module__.partition(".")[2] or type(self).__module__
         gpu = _gpu_record if config is not None and config.device == "cuda" else None
         machine_load.record(f"{module}.{type(self).__name__}.{_Sampling.method}", params,

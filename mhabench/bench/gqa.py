@@ -8,7 +8,7 @@ memory process here: grouping changes the step's memory through its KV cache, wh
 bench_decode measures at the same three group counts; tiny and full measure it here too.
 """
 
-from mhabench.suite.bench.common import (
+from mhabench.bench.common import (
     BACKENDS,
     CHAPTER,
     FRAMEWORKS,
@@ -19,7 +19,7 @@ from mhabench.suite.bench.common import (
     newer_backends_where,
     parameters,
 )
-from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
 
 
 class MhaGqaMqa(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):

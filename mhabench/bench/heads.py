@@ -8,8 +8,7 @@ flax.nnx.MultiHeadAttention); then torch.compile, FlexAttention and JAX blockwis
 tiny grid takes blockwise only). The report takes slowest/fastest over h per backend.
 """
 
-from mhabench.core.config import HEAD_SWEEP
-from mhabench.suite.bench.common import (
+from mhabench.bench.common import (
     CHAPTER,
     FRAMEWORKS,
     GRID,
@@ -19,7 +18,8 @@ from mhabench.suite.bench.common import (
     grid,
     parameters,
 )
-from mhabench.suite.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from mhabench.core.config import HEAD_SWEEP
 
 
 class HeadsAtFixedWidth(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
