@@ -39,11 +39,10 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 # ----- fast checks of the suite's logic (no asv) -------------------------------------------
 CELLS = """
-    import inspect
     import json
     from benchmarks import (bench_calibration, bench_cross, bench_decode, bench_gqa,
                             bench_heads, bench_kernels, bench_scaling, bench_train)
-    from mhabench.bench.common import AttentionBenchmark
+    from mhabench.bench.methods import AttentionBenchmark
 
     def outcome(cls, cell):
         try:
@@ -52,11 +51,11 @@ CELLS = """
             return "n/a: " + str(err)
         return "ok"
 
-    # as asv collects them: the concrete ones (not the mixins of mhabench.bench.methods)
+    # as asv collects them: the attention classes each module defines
     classes = [c for m in (bench_cross, bench_decode, bench_gqa, bench_heads, bench_kernels,
                            bench_scaling, bench_train) for c in vars(m).values()
                if isinstance(c, type) and issubclass(c, AttentionBenchmark)
-               and not inspect.isabstract(c)]
+               and c.__module__ == m.__name__]
 """
 
 
@@ -117,7 +116,7 @@ def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
     code = CELLS + """
     import itertools
     from mhabench.core.config import AttentionConfig
-    from mhabench.bench.common import config_of
+    from mhabench.bench.cells import config_of
     fields = set(AttentionConfig.__dataclass_fields__)
     checked = 0
     for cls in classes:
@@ -154,11 +153,11 @@ def test_the_quick_grid_runs_the_newer_backends_in_the_sweep_a_gqa_and_a_cross_c
     a grouped-query cell and a cross-attention cell, among the cells asv does not skip."""
     code = CELLS + """
     import itertools
-    from mhabench.bench.common import NEW_BACKENDS, config_of
+    from mhabench.bench.cells import config_of
     seen = {}
     for cls in classes:
         for method in ("time_step", "track_step_bytes", "track_step_rss_bytes"):
-            if not hasattr(cls, method):  # the RSS cross-check: only where keep_rss takes a cell
+            if not hasattr(cls, method):  # the RSS cross-check: only where the grid takes a cell
                 continue
             skip = set(getattr(getattr(cls, method), "skip_params", cls.skip_params))
             for cell in itertools.product(*cls.params):
@@ -269,8 +268,8 @@ def test_asv_times_match_mhabench_measure(tmp_path: Path) -> None:
     # One process per family, as asv gives each cell its own: the decode points' heap and
     # caches then never precede the sweep's cells.
     for family, pattern in (("sweep", r"ForwardVsTrain\.time_step\('\w+', '(batched|fused)'"),
-                            ("decode", r"Design\d+\.time_step\('torch', '(batched|fused)', "
-                                       r"'decode'")):
+                            ("decode", r"Design\.time_step\('torch', '(batched|fused)', "
+                                       r"\{'mode': 'decode'")):
         done = run([sys.executable, str(ROOT / "tests" / "support" / "asv_vs_measure.py"), pattern,
                     "--rounds", "6"],
                    env={"MHABENCH_GRID": "quick", "MHABENCH_THREADS": "1",

@@ -1,6 +1,7 @@
 """A user's own repository as an asv project: ``mhabench init`` writes its ``asv.conf.json``
-and a benchmark module that reuses mhabench's classes (``mhabench.bench``), narrowed
-to the backends the user's package registers and a few built-in baselines.
+and a benchmark module of small subclasses of mhabench's classes (``mhabench.bench``),
+their framework and backend axes narrowed to the backends the user's package registers
+and a few built-in baselines.
 
 asv then builds and installs each commit of the user's package, as it does mhabench's own,
 into an environment that holds the frameworks at the versions of the environment ``init``
@@ -299,13 +300,16 @@ import os
 os.environ.setdefault("MHABENCH_GRID", {grid})
 
 from mhabench.bench import {modules}  # noqa: E402
-from mhabench.bench.reuse import export  # noqa: E402
+from mhabench.bench.cells import narrow  # noqa: E402
 
 FRAMEWORKS = {frameworks}
 BACKENDS = {backends}  # yours, then the built-in baselines
-NARROW = {{"frameworks": FRAMEWORKS, "backends": BACKENDS}}
+{classes}'''
 
-{classes}
+CLASS_TEXT = '''
+
+class {cls}({module}.{cls}):
+    params = narrow({module}.{cls}, frameworks=FRAMEWORKS, backends=BACKENDS)
 '''
 
 
@@ -313,8 +317,7 @@ def render_module(mine: Sequence[backends.Backend], baselines: Sequence[str], gr
                   source: Source) -> str:
     frameworks = [fw for fw in FRAMEWORKS if any(b.framework == fw for b in mine)]
     names = list(dict.fromkeys(b.name for b in mine))
-    classes = "\n".join(f"{cls} = export({module}.{cls}, __name__, **NARROW)"
-                        for module, cls in REUSED)
+    classes = "".join(CLASS_TEXT.format(module=module, cls=cls) for module, cls in REUSED)
     return MODULE_TEXT.format(
         mine=", ".join(f"{b.name} ({b.framework})" for b in mine),
         baselines=", ".join(f"{fw} {b}" for fw in frameworks for b in baselines),

@@ -13,19 +13,32 @@
 The framework layers have no cached-key/value step, so there is no ``reference`` here.
 """
 
-from mhabench.bench.common import FRAMEWORKS, GRID, WHERE, grid, parameters
-from mhabench.bench.methods import DeviceTime, KernelTrack, StepMemory, StepRss, TimeStep
+from typing import Any
+
+from mhabench.bench.axes import FRAMEWORKS, RECORD_KERNELS, WHERE
+from mhabench.bench.cells import on_cpu, on_cuda, skip_cells
+from mhabench.bench.common import CPU, CUDA, GRID, grid
+from mhabench.bench.methods import (
+    AttentionBenchmark,
+    device_seconds,
+    kernel_code,
+    prepare,
+    record_load,
+    rss_bytes,
+    settle,
+    step_bytes,
+)
+from mhabench.core.config import AttentionConfig
+from mhabench.measure.kernel_detect import library_call
 
 # The loop backend's decode is a Python loop over heads: full grid only, but for the KV
 # cache's time cells on the quick grid (below).
 DECODE_BACKENDS = grid(tiny=["loop", "batched", "fused"], quick=["batched", "fused"],
                        full=["loop", "batched", "fused"])
-# The quick grid times the loop backend's cached decode too (time only, 12 cells, a few
-# seconds of asv run): the calibration design keeps the loop backend at h <= 16, where its
-# caches are at most 6 MiB, so no other cell tells the time model what a loop decode step
-# over a cache beyond the CPU's caches costs (it slices each query head's keys and values
-# out of the cache; without these cells JAX loop steps over 7-34 MB caches ran 1.6-3.1x
-# their prediction off the grid).
+# The quick grid times the loop backend's cached decode too (time only): the calibration
+# design keeps the loop backend at h <= 16, where its caches fit the CPU's caches, and no
+# other cell tells the time model what a loop decode step over a larger cache costs (it
+# slices each query head's keys and values out of the cache).
 KV_DECODE_BACKENDS = grid(tiny=DECODE_BACKENDS, quick=["loop", "batched", "fused"],
                           full=DECODE_BACKENDS)
 BATCH = [grid(tiny=2, quick=4, full=8)]
@@ -39,21 +52,147 @@ CROSS_SOURCE = grid(tiny=[16], quick=[1024], full=[128, 1024, 4096, 16384])
 PREFIX = grid(tiny=[16], quick=[512], full=[128, 1024, 4096])
 
 
-class KVCacheDecode(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
-    param_names, params = parameters(
-        framework=FRAMEWORKS, backend=KV_DECODE_BACKENDS, mode=["decode"], batch=BATCH, n=[1],
-        m=SOURCE, d=D, heads=[HEADS], kv_heads=KV_HEADS, **WHERE)
-    keep_memory = staticmethod(lambda c: GRID != "quick" or c.backend != "loop")
+def kv_cache_memory(c: AttentionConfig) -> bool:
+    """The loop backend's cached decode is timed only on the quick grid: no memory."""
+    return GRID != "quick" or c.backend != "loop"
 
 
-class PrefixDecode(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
-    param_names, params = parameters(
-        framework=FRAMEWORKS, backend=DECODE_BACKENDS, mode=["prefix"], batch=BATCH, n=[1],
-        m=PREFIX, d=D, heads=[HEADS], kv_heads=grid(tiny=[HEADS], quick=[HEADS], full=KV_HEADS),
-        **WHERE)
+class KVCacheDecode(AttentionBenchmark):
+    param_names = ["framework", "backend", "mode", "batch", "n", "m", "d", "heads", "kv_heads",
+                   "device", "dtype", "threads"]
+    params = [FRAMEWORKS, KV_DECODE_BACKENDS, ["decode"], BATCH, [1], SOURCE, D, [HEADS],
+              KV_HEADS, *WHERE]
+    # Every registered backend's cells: mhabench init's module narrows the backend axis.
+    skip_params = skip_cells(param_names, params, every_backend=True)
+
+    def setup(self, *params: Any) -> None:
+        prepare(self, params)
+
+    def teardown(self, *params: Any) -> None:
+        record_load(self, params)
+
+    def time_step(self, *params: Any) -> None:
+        self.step()
+
+    time_step.setup = settle
+
+    def track_step_bytes(self, *params: Any) -> int:
+        return step_bytes(self)
+
+    track_step_bytes.unit = "bytes"
+    track_step_bytes.skip_params = skip_cells(param_names, params, kv_cache_memory,
+                                              every_backend=True)
+
+    if GRID == "full" and CPU:
+        def track_step_rss_bytes(self, *params: Any) -> int:
+            return rss_bytes(self)
+
+        track_step_rss_bytes.unit = "bytes"
+        track_step_rss_bytes.skip_params = skip_cells(param_names, params, on_cpu,
+                                                      every_backend=True)
+
+    if RECORD_KERNELS:
+        def track_kernel(self, *params: Any) -> int:
+            return kernel_code(self)
+
+        track_kernel.unit = "kernel code"
+        track_kernel.skip_params = skip_cells(param_names, params, library_call,
+                                              every_backend=True)
+
+    if CUDA:
+        def track_device_seconds(self, *params: Any) -> float:
+            return device_seconds(self)
+
+        track_device_seconds.unit = "seconds"
+        track_device_seconds.skip_params = skip_cells(param_names, params, on_cuda,
+                                                      every_backend=True)
 
 
-class CrossDecodeSource(TimeStep, StepMemory, StepRss, KernelTrack, DeviceTime):
-    param_names, params = parameters(
-        framework=FRAMEWORKS, backend=DECODE_BACKENDS, mode=["decode", "forward"], cross=[True],
-        batch=BATCH, n=[1], m=CROSS_SOURCE, d=D, heads=[HEADS], **WHERE)
+class PrefixDecode(AttentionBenchmark):
+    param_names = ["framework", "backend", "mode", "batch", "n", "m", "d", "heads", "kv_heads",
+                   "device", "dtype", "threads"]
+    params = [FRAMEWORKS, DECODE_BACKENDS, ["prefix"], BATCH, [1], PREFIX, D, [HEADS],
+              grid(tiny=[HEADS], quick=[HEADS], full=KV_HEADS), *WHERE]
+    skip_params = skip_cells(param_names, params)
+
+    def setup(self, *params: Any) -> None:
+        prepare(self, params)
+
+    def teardown(self, *params: Any) -> None:
+        record_load(self, params)
+
+    def time_step(self, *params: Any) -> None:
+        self.step()
+
+    time_step.setup = settle
+
+    def track_step_bytes(self, *params: Any) -> int:
+        return step_bytes(self)
+
+    track_step_bytes.unit = "bytes"
+
+    if GRID == "full" and CPU:
+        def track_step_rss_bytes(self, *params: Any) -> int:
+            return rss_bytes(self)
+
+        track_step_rss_bytes.unit = "bytes"
+        track_step_rss_bytes.skip_params = skip_cells(param_names, params, on_cpu)
+
+    if RECORD_KERNELS:
+        def track_kernel(self, *params: Any) -> int:
+            return kernel_code(self)
+
+        track_kernel.unit = "kernel code"
+        track_kernel.skip_params = skip_cells(param_names, params, library_call)
+
+    if CUDA:
+        def track_device_seconds(self, *params: Any) -> float:
+            return device_seconds(self)
+
+        track_device_seconds.unit = "seconds"
+        track_device_seconds.skip_params = skip_cells(param_names, params, on_cuda)
+
+
+class CrossDecodeSource(AttentionBenchmark):
+    param_names = ["framework", "backend", "mode", "cross", "batch", "n", "m", "d", "heads",
+                   "device", "dtype", "threads"]
+    params = [FRAMEWORKS, DECODE_BACKENDS, ["decode", "forward"], [True], BATCH, [1],
+              CROSS_SOURCE, D, [HEADS], *WHERE]
+    skip_params = skip_cells(param_names, params)
+
+    def setup(self, *params: Any) -> None:
+        prepare(self, params)
+
+    def teardown(self, *params: Any) -> None:
+        record_load(self, params)
+
+    def time_step(self, *params: Any) -> None:
+        self.step()
+
+    time_step.setup = settle
+
+    def track_step_bytes(self, *params: Any) -> int:
+        return step_bytes(self)
+
+    track_step_bytes.unit = "bytes"
+
+    if GRID == "full" and CPU:
+        def track_step_rss_bytes(self, *params: Any) -> int:
+            return rss_bytes(self)
+
+        track_step_rss_bytes.unit = "bytes"
+        track_step_rss_bytes.skip_params = skip_cells(param_names, params, on_cpu)
+
+    if RECORD_KERNELS:
+        def track_kernel(self, *params: Any) -> int:
+            return kernel_code(self)
+
+        track_kernel.unit = "kernel code"
+        track_kernel.skip_params = skip_cells(param_names, params, library_call)
+
+    if CUDA:
+        def track_device_seconds(self, *params: Any) -> float:
+            return device_seconds(self)
+
+        track_device_seconds.unit = "seconds"
+        track_device_seconds.skip_params = skip_cells(param_names, params, on_cuda)

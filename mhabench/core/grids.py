@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -81,3 +81,31 @@ COMPILING_BACKENDS = ("compiled", "flex")
 GRID_NEWER_BACKENDS: dict[str, tuple[str, ...]] = {
     "tiny": ("blockwise",), "quick": NEWER_BACKENDS, "full": NEWER_BACKENDS}
 
+
+
+# ----- a design's points as one parameter ------------------------------------------------------
+# asv's parameters form a product, so a class whose cells are a few scattered shapes (the
+# calibration design, benchmarks/bench_design.py) takes them as one parameter, ``point``,
+# whose values are dicts of config fields: a cell's name still spells out its config.
+POINT = "point"
+
+
+class Point(dict):
+    """One design point: config field -> value. Its repr is a plain dict's (asv names a
+    cell by its parameters' reprs, and ``ast.literal_eval`` reads one back as a dict);
+    hashable, as asv's skipped cells and the suite's caches need; never changed once made."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))
+
+
+def cell_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """A cell's parameters as config fields: a ``point`` spread into its fields in its
+    place (the other parameters keep their order); ``threads`` is left for the caller."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if name == POINT and isinstance(value, dict):
+            out.update(value)
+        else:
+            out[name] = value
+    return out

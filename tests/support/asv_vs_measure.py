@@ -47,7 +47,7 @@ def compare(name: str, index: int, rounds: int) -> dict:
     """Alternate asv_runner's run of one cell and ``measure`` of its config."""
     from asv_runner.discovery import get_benchmark_from_name
 
-    from mhabench.bench.common import WARMUP
+    from mhabench.bench.methods import WARMUP
     from mhabench.measure.speed import probe, slowdown
     from mhabench.measure.timing import measure
 
@@ -99,7 +99,7 @@ def compare(name: str, index: int, rounds: int) -> dict:
 
 
 def _config_of(bench) -> object:
-    from mhabench.bench.common import config_of
+    from mhabench.bench.cells import config_of
 
     return config_of(bench.param_names, bench._current_params)
 
