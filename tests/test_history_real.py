@@ -32,7 +32,7 @@ import pandas as pd
 import pytest
 from support.scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
-from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown
+from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.results import load_results
 from mhabench.compare.rounds import CONFIRM_ROUNDS

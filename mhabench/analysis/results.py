@@ -71,9 +71,9 @@ class Results:
     warnings: list[str] = field(default_factory=list)
     # cells without a value: (machine, commit, benchmark, cell, "skipped" | "failed")
     missing: list[tuple[str, str, str, str, str]] = field(default_factory=list)
-    # machine -> its quick speed-probe reading, where the frame's time rows carry the
-    # moment's slowdown (mhabench.analysis.quick_speed; added by mhabench's CLI)
-    quick_probe_s: dict[str, float] = field(default_factory=dict)
+    # machine -> its fast speed-probe reading, where the frame's time rows carry the
+    # moment's slowdown (mhabench.analysis.fast_speed; added by mhabench's CLI)
+    fast_probe_s: dict[str, float] = field(default_factory=dict)
     # (commit, env, asv cell) -> CellLoad, where mhabench's CLI read the load records
     # (mhabench.measure.machine_load.read_records), so the report reads them once
     loads: dict[tuple[str, str, str], Any] | None = None

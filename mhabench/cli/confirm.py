@@ -48,7 +48,7 @@ def _steps(args: argparse.Namespace) -> tuple[list[Any], Any]:
     from pathlib import Path
 
     from mhabench.analysis.confirmations import load_confirmations
-    from mhabench.analysis.quick_speed import beside_results
+    from mhabench.analysis.fast_speed import beside_results
     from mhabench.analysis.regressions import (
         TIME_KINDS,
         commit_order,

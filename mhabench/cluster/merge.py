@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from mhabench.analysis.quick_speed import beside_results
+from mhabench.analysis.fast_speed import beside_results
 from mhabench.asvproject.result_files import BENCHMARKS, cell_names, measured, result_rows
 from mhabench.measure.machine_load import FOLDER as LOAD
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from mhabench.analysis.quick_speed import beside_results
+from mhabench.analysis.fast_speed import beside_results
 from mhabench.asvproject.cells import CellListError, list_cells
 from mhabench.core.config import DEVICES, DTYPES
 from mhabench.core.grids import GRIDS

@@ -250,7 +250,7 @@ class Measurement:
     def q75_s(self) -> float:
         return self._quartiles()[1]
 
-    def at_quick_speed(self, reference_s: float) -> Measurement:
+    def at_fast_speed(self, reference_s: float) -> Measurement:
         """Each timing divided by the slowdown its probe read against the machine's quick
         reading ``reference_s`` (:func:`mhabench.measure.speed.slowdown`); the same
         measurement where no probe was read."""
