@@ -72,7 +72,9 @@ class Backend:
     causal: bool = True  # runs causal=True (its layer or attend takes ``causal``)
     library: bool = False  # attention is one library call: the kernel that ran is detected
     materialises: bool = True  # writes the (b, h, n, m) map (the cost model's memory budget)
-    kernel: str | None = None  # the library kernel it forces (None: the library's choice)
+    # The kernel its fused call is forced to (torch SDPA's sdpa_kernel, JAX's implementation=);
+    # None: the library's choice.
+    sdpa_kernel: str | None = None
     devices: tuple[str, ...] = ("cpu", "cuda")
     summary: str = ""
     origin: str = "mhabench"
@@ -179,7 +181,7 @@ def layer_builders(build_layer: Callable[..., Any]) -> dict[str, Builder]:
     ``build_layer(config, weights, layout, core=, kernel=)``: the three layouts (a forced
     kernel for the fused one) and an attention function inside the batched layout."""
     def own(config: Any, weights: dict[str, Any], backend: Backend) -> Any:
-        return build_layer(config, weights, backend.impl, kernel=backend.kernel)
+        return build_layer(config, weights, backend.impl, kernel=backend.sdpa_kernel)
 
     def attend(config: Any, weights: dict[str, Any], backend: Backend) -> Any:
         core = (checked(backend.attend), backend.attend_groups)
@@ -219,7 +221,7 @@ FORCED_KERNELS = {"torch": {"flash": ("cpu", "cuda"), "efficient": ("cuda",),
 for _fw, _kernels in FORCED_KERNELS.items():
     for _kernel, _devices in _kernels.items():
         register(Backend(f"fused_{_kernel}", _fw, impl="fused", library=True,
-                         dropout=_fw == "torch", kernel=_kernel, devices=_devices,
+                         dropout=_fw == "torch", sdpa_kernel=_kernel, devices=_devices,
                          summary=f"the fused call forced to its {_kernel} kernel"))
 register(Backend("compiled", "torch", impl="compiled", fuses_mask=True,
                  summary="torch.compile of the batched layout (recompiles are errors)"))
