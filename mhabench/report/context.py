@@ -40,7 +40,7 @@ class Context:
     validations: list[dict[str, Any]] = field(default_factory=list)  # validate --save files
     # the machine's load while cells timed: (commit, env, asv cell) -> CellLoad
     loads: dict[tuple[str, str, str], Any] | None = None
-    # re-measured steps (mhabench confirm): (machine, asv cell, before, after) -> verdict
+    # re-measured shifts (mhabench confirm): (machine, asv cell, before, after) -> verdict
     confirmations: dict[tuple[str, str, str, str], Any] | None = None
     kernels: pd.DataFrame | None = None  # kernel_table: what each fused/reference cell ran
 
@@ -56,7 +56,7 @@ class Context:
                    threshold, **extra, kernels=kernel_table(results.frame))
 
     def writes_map(self, machine: str, framework: str, backend: str, device: str) -> bool:
-        """Whether this backend's steps on ``machine`` write the attention map: the kernel
+        """Whether this backend's shifts on ``machine`` write the attention map: the kernel
         most of its recorded cells ran, else the one its description predicts."""
         from mhabench.core.config import AttentionConfig
         from mhabench.core.kernel_codes import expected_kernel, materialises
