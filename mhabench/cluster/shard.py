@@ -32,8 +32,7 @@ from mhabench.core.grids import GRIDS, cell_fields
 
 PLAN_VERSION = 1
 # One asv process of a cell beyond its samples: fork, build, compile and warm the step,
-# settle the heap (measured: the tiny grid's 1,021 processes took 1.1 s each here, the
-# quick grid's about 3 s). A previous run's recorded durations replace the guess.
+# settle the heap. A guess: a previous run's recorded durations replace it.
 PROCESS_S = {"cpu": 2.0, "cuda": 4.0}
 # Where no calibration is stored: a 2-core VM's float32 matmul, an H200's.
 DEFAULT_GFLOPS = {"cpu": 20.0, "cuda": 50_000.0}
