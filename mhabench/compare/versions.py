@@ -72,7 +72,7 @@ from mhabench.compare.sides import (
 )
 
 VERSIONS_DIR = Path(".asv") / "versions"
-KERNEL_VAR = "MHABENCH_KERNELS"  # mhabench.bench.common records track_kernel when set
+KERNEL_VAR = "MHABENCH_KERNELS"  # mhabench.bench.axes records track_kernel when set
 COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
 
 
