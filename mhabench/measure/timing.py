@@ -202,7 +202,7 @@ def prepare(config: AttentionConfig, warmup: int = 2, settle: bool = True
     """A warmed-up, compiled, synchronising step for ``config`` (cached per process):
     ``warmup`` calls, then (``settle``) more until the heap has stopped growing (page
     faults). Only timing needs the settled heap: asv's memory and kernel processes skip it
-    and the time benchmark settles in its own setup (``mhabench.bench.common``)."""
+    and the time benchmark settles in its own setup (``mhabench.bench.methods.settle``)."""
     check_runnable(config)
     if config.framework == "torch":
         from mhabench.layers.torch.steps import make_step
