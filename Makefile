@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The JS libraries asv's published site loads from CDNs, pinned in package-lock.json and
-# served beside the site so it works offline (mhabench.suite.asv_site).
+# served beside the site so it works offline (mhabench.asvproject.asv_site).
 NODE_STAMP := node_modules/.installed
 
 .PHONY: install bench test lint clean-venv

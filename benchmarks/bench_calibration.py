@@ -2,24 +2,19 @@
 streaming copy of known bytes, so the report can place every attention cell between the
 compute and the memory bound (mhabench.measure.calibration.matmul_flops(size) and
 copy_bytes(mib) turn the times into FLOP/s and bytes/s). Each device gets its own problem
-size (mhabench.measure.calibration.MATMUL_SIZE, COPY_MIB); other size x device cells are skipped.
+size (mhabench.measure.calibration.MATMUL_SIZE, COPY_MIB); other size x device cells are
+skipped.
 """
 
 import itertools
 
+from mhabench.bench.axes import FRAMEWORKS
+from mhabench.bench.cells import unsupported_as_skip
+from mhabench.bench.common import DEVICES, DTYPES, GRID, THREADS
 from mhabench.measure import calibration
-from mhabench.suite.bench.common import (
-    DEVICE_PARAMS,
-    DTYPES,
-    FRAMEWORKS,
-    GRID,
-    THREADS,
-    parameters,
-    unsupported_as_skip,
-)
 
-SIZES = {device: calibration.MATMUL_SIZE[device][GRID] for device in DEVICE_PARAMS}
-MIBS = {device: calibration.COPY_MIB[device][GRID] for device in DEVICE_PARAMS}
+SIZES = {device: calibration.MATMUL_SIZE[device][GRID] for device in DEVICES}
+MIBS = {device: calibration.COPY_MIB[device][GRID] for device in DEVICES}
 
 
 def _other_devices_sizes(params, sizes):
@@ -34,8 +29,8 @@ class Calibration:
 
 
 class MatmulPeak(Calibration):
-    param_names, params = parameters(framework=FRAMEWORKS, device=DEVICE_PARAMS, dtype=DTYPES,
-                                     size=sorted(set(SIZES.values())), threads=[THREADS])
+    param_names = ["framework", "device", "dtype", "size", "threads"]
+    params = [FRAMEWORKS, DEVICES, DTYPES, sorted(set(SIZES.values())), [THREADS]]
     skip_params = _other_devices_sizes(params, SIZES)
 
     def setup(self, framework, device, dtype, size, threads):
@@ -47,8 +42,8 @@ class MatmulPeak(Calibration):
 
 
 class CopyBandwidth(Calibration):
-    param_names, params = parameters(framework=FRAMEWORKS, device=DEVICE_PARAMS, dtype=DTYPES,
-                                     mib=sorted(set(MIBS.values())), threads=[THREADS])
+    param_names = ["framework", "device", "dtype", "mib", "threads"]
+    params = [FRAMEWORKS, DEVICES, DTYPES, sorted(set(MIBS.values())), [THREADS]]
     skip_params = _other_devices_sizes(params, MIBS)
 
     def setup(self, framework, device, dtype, mib, threads):

@@ -10,34 +10,32 @@ fail-on-recompile stance; JAX steps are compiled ahead of time and cannot recomp
 
 from typing import Any
 
+from mhabench.bench.axes import FEW_HEADS, SHAPE, WHERE
+from mhabench.bench.cells import config_of, skip_cells, unsupported_as_skip
+from mhabench.bench.common import grid
+from mhabench.core import backends
+from mhabench.core.config import AttentionConfig
+from mhabench.core.grids import COMPILING_BACKENDS
 from mhabench.measure import timing
 from mhabench.measure.compile_time import compile_seconds
-from mhabench.suite.bench.common import (
-    CHAPTER,
-    FEW_HEADS,
-    NEW_BACKENDS,
-    WHERE,
-    config_of,
-    grid,
-    parameters,
-    skip_cells,
-    unsupported_as_skip,
-)
 
-COMPILING = [b for b in NEW_BACKENDS if b != "blockwise"]  # torch's; JAX: every backend
+COMPILING = [b for b in COMPILING_BACKENDS if b in backends.names()]  # torch's; JAX: all
+
+
+def compiles(c: AttentionConfig) -> bool:
+    """torch's eager backends compile nothing: only its compiling ones and every JAX one."""
+    return c.framework == "jax" or c.backend in COMPILING
 
 
 class CompileTime:
     # The chapter's shape, at batch 8 on the quick grid too (one compile a cell).
-    param_names, params = parameters(
-        framework=["torch", "jax"],
-        backend=grid(tiny=COMPILING[:1] + ["batched"], quick=COMPILING[:1] + ["batched"],
-                     full=COMPILING + ["loop", "batched", "fused", "reference", "blockwise"]),
-        batch=[grid(tiny=2, quick=8, full=8)], n=[CHAPTER.n], d=[CHAPTER.d], heads=FEW_HEADS,
-        **WHERE)
-    # torch's eager backends compile nothing: only its compiling ones and every JAX one.
-    skip_params = skip_cells(param_names, params, lambda c: c.framework == "jax"
-                             or c.backend in COMPILING)
+    param_names = ["framework", "backend", "batch", "n", "d", "heads",
+                   "device", "dtype", "threads"]
+    params = [["torch", "jax"],
+              grid(tiny=COMPILING[:1] + ["batched"], quick=COMPILING[:1] + ["batched"],
+                   full=COMPILING + ["loop", "batched", "fused", "reference", "blockwise"]),
+              [grid(tiny=2, quick=8, full=8)], [SHAPE.n], [SHAPE.d], FEW_HEADS, *WHERE]
+    skip_params = skip_cells(param_names, params, compiles)
     timeout = grid(tiny=300, quick=300, full=900)
 
     def setup(self, *params: Any) -> None:

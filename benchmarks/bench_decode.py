@@ -1,11 +1,18 @@
 """Decoding one token at a time (Exercises 7.2 and 8): KV cache, prefix, cross.
 
-The classes live in ``mhabench.suite.bench.decode``, which a user's suite (``mhabench init``)
-reuses; exported here, asv names them ``bench_decode.<Class>``."""
+The classes are ``mhabench.bench.decode``'s, which a user's suite (``mhabench init``)
+reuses; subclassed here, asv names them ``bench_decode.<Class>``."""
 
-from mhabench.suite.bench import decode
-from mhabench.suite.bench.reuse import export
+from mhabench.bench import decode
 
-KVCacheDecode = export(decode.KVCacheDecode, __name__)
-PrefixDecode = export(decode.PrefixDecode, __name__)
-CrossDecodeSource = export(decode.CrossDecodeSource, __name__)
+
+class KVCacheDecode(decode.KVCacheDecode):
+    """A decode step over a KV cache, MHA to MQA (``mhabench.bench.decode``)."""
+
+
+class PrefixDecode(decode.PrefixDecode):
+    """The same token without a cache (``mhabench.bench.decode``)."""
+
+
+class CrossDecodeSource(decode.CrossDecodeSource):
+    """A query over a cached or recomputed source (``mhabench.bench.decode``)."""

@@ -1,9 +1,10 @@
 """A forward pass against forward + backward (one training step of the layer).
 
-The classes live in ``mhabench.suite.bench.train``, which a user's suite (``mhabench init``)
-reuses; exported here, asv names them ``bench_train.<Class>``."""
+The class is ``mhabench.bench.train``'s, which a user's suite (``mhabench init``) reuses;
+subclassed here, asv names it ``bench_train.ForwardVsTrain``."""
 
-from mhabench.suite.bench import train
-from mhabench.suite.bench.reuse import export
+from mhabench.bench import train
 
-ForwardVsTrain = export(train.ForwardVsTrain, __name__)
+
+class ForwardVsTrain(train.ForwardVsTrain):
+    """Forward and training steps at a few head counts (``mhabench.bench.train``)."""

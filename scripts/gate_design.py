@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mhabench.analysis.process_compare import compare, lean, two_stage  # noqa: E402
-from mhabench.suite.rounds import (  # noqa: E402
+from mhabench.compare.rounds import (  # noqa: E402
     SAMPLES,
     process_medians,
     read_cells,
@@ -54,7 +54,7 @@ from mhabench.suite.rounds import (  # noqa: E402
 @dataclass
 class CellRun:
     """One cell of one gate run: each stage's samples per side, in timing order
-    (:data:`~mhabench.suite.rounds.SAMPLES` consecutive samples a process)."""
+    (:data:`~mhabench.compare.rounds.SAMPLES` consecutive samples a process)."""
 
     run: str
     cell: str

@@ -1,7 +1,7 @@
 """Freed memory stays in a timing process: a step reuses the memory the previous step
 freed instead of page-faulting on fresh pages (mhabench.measure.allocator). Counted in minor page
 faults, not time: each test runs a fresh interpreter, set up as the asv suite sets up its
-processes (mhabench.suite.bench.common at import, prepare with its warm-up), and once without the
+processes (mhabench.bench.common at import, prepare with its warm-up), and once without the
 allocator setting."""
 
 from __future__ import annotations

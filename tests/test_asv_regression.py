@@ -35,7 +35,7 @@ from support.scratch import (
 )
 
 from mhabench.analysis.process_compare import compare
-from mhabench.suite.rounds import process_medians, read_cells, result_files
+from mhabench.compare.rounds import process_medians, read_cells, result_files
 
 # A small real part of the suite at its shipped (quick) settings: bench_gqa's GQA cells
 # (batch 2, n 512, d 256, 16 query heads over 4 key/value heads), 15-60 ms a step, torch's

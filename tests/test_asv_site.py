@@ -1,4 +1,4 @@
-"""mhabench.suite.asv_site: the published asv site's CDN libraries served from vendor/ (fast
+"""mhabench.asvproject.asv_site: the published asv site's CDN libraries served from vendor/ (fast
 checks on asv's own page template and stand-in npm packages; tests/test_browser.py opens
 the real thing with the network off)."""
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import asv
 import pytest
 
-from mhabench.suite.asv_site import EXTRA_FILES, LIBRARIES, SiteError, main, vendor_site
+from mhabench.asvproject.asv_site import EXTRA_FILES, LIBRARIES, SiteError, main, vendor_site
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_WWW = Path(asv.__file__).parent / "www"
@@ -110,14 +110,14 @@ def test_libraries_not_installed_fail_in_one_line(
     assert main([str(site), "--node-modules", str(modules)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and message in err[0]
-    assert err[0].startswith("mhabench.suite.asv_site: error:")
+    assert err[0].startswith("mhabench.asvproject.asv_site: error:")
     assert (site / "index.html").read_text() == index  # left as asv wrote it,
     assert not (site / "vendor").exists()  # and nothing written beside it
 
 
 def test_main_job_vendors_the_site_it_publishes() -> None:
     text = (ROOT / "scripts" / "main-job").read_text()
-    assert text.index("asv publish") < text.index('python -m mhabench.suite.asv_site "$html"')
+    assert text.index("asv publish") < text.index('python -m mhabench.asvproject.asv_site "$html"')
 
 
 def test_main_job_prints_a_command_that_serves_the_site(tmp_path: Path) -> None:

@@ -39,11 +39,10 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 # ----- fast checks of the suite's logic (no asv) -------------------------------------------
 CELLS = """
-    import inspect
     import json
     from benchmarks import (bench_calibration, bench_cross, bench_decode, bench_gqa,
                             bench_heads, bench_kernels, bench_scaling, bench_train)
-    from mhabench.suite.bench.common import AttentionBenchmark
+    from mhabench.bench.methods import AttentionBenchmark
 
     def outcome(cls, cell):
         try:
@@ -52,11 +51,11 @@ CELLS = """
             return "n/a: " + str(err)
         return "ok"
 
-    # as asv collects them: the concrete ones (not the mixins of mhabench.suite.bench.methods)
+    # as asv collects them: the attention classes each module defines
     classes = [c for m in (bench_cross, bench_decode, bench_gqa, bench_heads, bench_kernels,
                            bench_scaling, bench_train) for c in vars(m).values()
                if isinstance(c, type) and issubclass(c, AttentionBenchmark)
-               and not inspect.isabstract(c)]
+               and c.__module__ == m.__name__]
 """
 
 
@@ -117,7 +116,7 @@ def test_every_cell_names_its_config_through_its_parameters(grid: str) -> None:
     code = CELLS + """
     import itertools
     from mhabench.core.config import AttentionConfig
-    from mhabench.suite.bench.common import config_of
+    from mhabench.bench.cells import config_of
     fields = set(AttentionConfig.__dataclass_fields__)
     checked = 0
     for cls in classes:
@@ -154,11 +153,11 @@ def test_the_quick_grid_runs_the_newer_backends_in_the_sweep_a_gqa_and_a_cross_c
     a grouped-query cell and a cross-attention cell, among the cells asv does not skip."""
     code = CELLS + """
     import itertools
-    from mhabench.suite.bench.common import NEW_BACKENDS, config_of
+    from mhabench.bench.cells import config_of
     seen = {}
     for cls in classes:
         for method in ("time_step", "track_step_bytes", "track_step_rss_bytes"):
-            if not hasattr(cls, method):  # the RSS cross-check: only where keep_rss takes a cell
+            if not hasattr(cls, method):  # the RSS cross-check: only where the grid takes a cell
                 continue
             skip = set(getattr(getattr(cls, method), "skip_params", cls.skip_params))
             for cell in itertools.product(*cls.params):
@@ -217,7 +216,7 @@ def test_a_cell_that_outgrows_memory_fails_as_that_cell() -> None:
     limit, outcome = done.stdout.splitlines()[-2:]
     assert int(limit) == 2**30
     assert outcome.startswith("failed:") and "alloc" in outcome, outcome
-    bad = run_python("import mhabench.suite.bench.common",
+    bad = run_python("import mhabench.bench.common",
                      {"MHABENCH_MEMORY_LIMIT_GB": "lots"})
     assert "MHABENCH_MEMORY_LIMIT_GB='lots' is not allowed" in bad.stderr
 
@@ -227,7 +226,7 @@ def test_a_cell_that_outgrows_memory_fails_as_that_cell() -> None:
                                             ("MHABENCH_DTYPES", "float16"),
                                             ("MHABENCH_PREIMPORT", "tensorflow")])
 def test_bad_environment_is_named_at_import(var: str, value: str) -> None:
-    done = run_python("import mhabench.suite.bench.common", {var: value})
+    done = run_python("import mhabench.bench.common", {var: value})
     assert done.returncode != 0
     assert f"{var}={value!r} is not allowed" in done.stderr
 
@@ -269,8 +268,8 @@ def test_asv_times_match_mhabench_measure(tmp_path: Path) -> None:
     # One process per family, as asv gives each cell its own: the decode points' heap and
     # caches then never precede the sweep's cells.
     for family, pattern in (("sweep", r"ForwardVsTrain\.time_step\('\w+', '(batched|fused)'"),
-                            ("decode", r"Design\d+\.time_step\('torch', '(batched|fused)', "
-                                       r"'decode'")):
+                            ("decode", r"Design\.time_step\('torch', '(batched|fused)', "
+                                       r"\{'mode': 'decode'")):
         done = run([sys.executable, str(ROOT / "tests" / "support" / "asv_vs_measure.py"), pattern,
                     "--rounds", "6"],
                    env={"MHABENCH_GRID": "quick", "MHABENCH_THREADS": "1",
@@ -307,7 +306,7 @@ def test_asv_discovery_imports_no_framework_up_front() -> None:
     code = """
     import json, sys
     sys.argv = ["/env/lib/asv/benchmark.py", sys.argv[1], "benchmarks", "out.json"]
-    import mhabench.suite.bench.common as common
+    import mhabench.bench.common as common
     print(json.dumps([common.PREIMPORT, "jax" in sys.modules]))
     """
     seen = {}

@@ -6,7 +6,7 @@ local server is aborted and counted, so a page that needs the internet fails her
 pages are built in a temporary folder from the checked-in asv runs: the report by
 `mhabench report` over the CPU run (tests/fixtures/asv_results) merged with the H200 run
 (tests/fixtures/gpu_results), the site by `asv publish` of the CPU run followed by
-mhabench.suite.asv_site.vendor_site, the same steps as the main job. Screenshots go to
+mhabench.asvproject.asv_site.vendor_site, the same steps as the main job. Screenshots go to
 $MHABENCH_ARTIFACTS (default artifacts/, not committed).
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
+from mhabench.asvproject.asv_site import vendor_site
 from mhabench.cli import main as mhabench_main
-from mhabench.suite.asv_site import vendor_site
-from mhabench.suite.merge import merge
+from mhabench.cluster.merge import merge
 
 pytestmark = pytest.mark.slow
 

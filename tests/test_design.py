@@ -114,90 +114,90 @@ def test_kv_heads_rule_mha_gqa_mqa() -> None:
 
 
 def test_design_classes_name_the_config_they_time() -> None:
+    """One class per design, its points as one parameter (a dict of config fields), so a
+    cell's parameters still name its config; the quick grid's budget in which backends
+    each point times."""
     code = """
-    import inspect, itertools, json
+    import itertools, json
     from benchmarks import bench_design
-    from mhabench.suite.bench.common import AttentionBenchmark, config_of
-    out = []
-    # asv times every concrete class the module's namespace holds, under every name it is
-    # bound to (not the mixins it imports: they are abstract)
+    from mhabench.bench.cells import config_of
+    from mhabench.bench.methods import AttentionBenchmark
+    # asv times every class the module's namespace holds, under every name it is bound to
     timed = {n: v for n, v in vars(bench_design).items()
              if isinstance(v, type) and issubclass(v, AttentionBenchmark)
-             and not inspect.isabstract(v)}
+             and v is not AttentionBenchmark}
     assert len(set(timed.values())) == len(timed), timed  # no class under a second name
-    assert all(n.startswith(("Decode", "Design", "Train")) for n in timed), timed
-    # the general design's classes, then the decode design's, then the training design's
-    order = ("Design", "Decode", "Train")
-    for name, cls in sorted(vars(bench_design).items(),
-                            key=lambda kv: (order.index(kv[0].rstrip("0123456789"))
-                                            if kv[0].startswith(order) else -1, kv[0])):
-        if name.startswith(order):
-            cells = [[v[0] for v in cls.params]]
-            skipped = set(map(tuple, cls.skip_params))
-            timed = sorted({c[1] for c in itertools.product(*cls.params) if c not in skipped})
-            out.append([name, cls.param_names, config_of(cls.param_names, cells[0]).to_dict(),
-                        cls.params[1], [m for m in ("track_kernel", "track_step_bytes",
-                                                         "track_step_rss_bytes")
-                                             if hasattr(cls, m)], timed])
+    out = []
+    for name, cls in timed.items():
+        skipped = set(cls.skip_params)
+        cells = list(itertools.product(*cls.params))
+        points = cls.params[cls.param_names.index("point")]
+        per_point = [sorted({c[1] for c in cells if c[2] == p and c not in skipped})
+                     for p in points]
+        first = [next(c for c in cells if c[2] == p) for p in points]
+        out.append([name, cls.param_names, [dict(p) for p in points],
+                    [config_of(cls.param_names, c).to_dict() for c in first],
+                    cls.params[1], [m for m in ("track_kernel", "track_step_bytes",
+                                                "track_step_rss_bytes") if hasattr(cls, m)],
+                    per_point])
     print(json.dumps(out))
     """
-    # full: every other class's CPU memory cell also gets the RSS cross-check there
     # the decode design: balanced Sobol blocks of (size, start) per grid
     decode_blocks = {"tiny": [(2, 2)], "quick": [(16, 16), (16, 48)],
                      "full": [(16, 48), (16, 64)]}
-    for grid, size, decode, train in (("tiny", 2, 2, 2), ("quick", 16, 32, 8),
-                                      ("full", 32, 32, 16)):
+    for grid, size, train in (("tiny", 2, 2), ("quick", 16, 8), ("full", 32, 16)):
         done = run_python(code, {"MHABENCH_GRID": grid})
         assert done.returncode == 0, done.stderr
-        classes = json.loads(done.stdout.splitlines()[-1])
-        assert len(classes) == size + decode + train
+        classes = {c[0]: c[1:] for c in json.loads(done.stdout.splitlines()[-1])}
+        assert sorted(classes) == ["Design", "DesignDecode", "DesignTrain"]
         tiny = grid == "tiny"
-        points = calibration_design(size, box=TINY_BOX if tiny else QUICK_BOX)
-        decode_points = [p for block, start in decode_blocks[grid] for p in calibration_design(
-            block, box=TINY_DECODE_BOX if tiny else DECODE_BOX, start=start)]
-        train_points = calibration_design(train, box=TINY_TRAIN_BOX if tiny else TRAIN_BOX,
-                                          start=4 if tiny else 32)
-        assert [c[0] for c in classes] == [f"Design{i:02d}" for i in range(size)] + [
-            f"Decode{i:02d}" for i in range(decode)] + [f"Train{i:02d}" for i in range(train)]
-        assert {p["mode"] for p in decode_points} == {"decode"}
-        assert {p["cross"] for p in decode_points} == {True, False}  # cached KV, cached source
-        assert {p["mode"] for p in train_points} == {"train"}
-        # no config is timed by two design classes (a general point of decode or training
-        # mode at another design's Sobol point would be that point)
-        shapes = [tuple(sorted(p.items())) for p in points + decode_points + train_points]
+        expected = {
+            "Design": calibration_design(size, box=TINY_BOX if tiny else QUICK_BOX),
+            "DesignDecode": [p for block, start in decode_blocks[grid]
+                             for p in calibration_design(block, start=start, box=(
+                                 TINY_DECODE_BOX if tiny else DECODE_BOX))],
+            "DesignTrain": calibration_design(train, box=TINY_TRAIN_BOX if tiny else TRAIN_BOX,
+                                              start=4 if tiny else 32)}
+        assert {name: c[1] for name, c in classes.items()} == expected
+        assert {p["mode"] for p in expected["DesignDecode"]} == {"decode"}
+        # cached KV and cached source alike
+        assert {p["cross"] for p in expected["DesignDecode"]} == {True, False}
+        assert {p["mode"] for p in expected["DesignTrain"]} == {"train"}
+        # no config is timed by two designs (a general point of decode or training mode at
+        # another design's Sobol point would be that point)
+        shapes = [tuple(sorted(p.items())) for points in expected.values() for p in points]
         assert len(set(shapes)) == len(shapes), grid
-        # torch.compile and FlexAttention (compiling 5 s a cell) through the first 8 general
-        # and 4 decode points of the quick grid, and the first masked decode point (6 there);
+        # torch.compile and FlexAttention (compiling each cell) through the first 8 general
+        # and 4 decode points of the quick grid, and the first masked decode point;
         # FlexAttention has no CPU backward
-        compiling = {name: {"compiled", "flex"} & set(timed)
-                     for name, _, _, _, _, timed in classes}
+        compiling = {(name, i): {"compiled", "flex"} & set(timed)
+                     for name, c in classes.items() for i, timed in enumerate(c[5])}
         if grid == "quick":
-            masked = [i for i, p in enumerate(decode_points) if p["masked"]]
+            masked = [i for i, p in enumerate(expected["DesignDecode"]) if p["masked"]]
             assert masked[0] >= 4  # else the first 4 would hold it already
-            # ... and FlexAttention alone at one more masked point of each design whose
-            # block mask (b x n x m padded to 128) holds at least 2^17 elements
-            flex_only = {n for n, c in compiling.items() if c == {"flex"}}
-            assert {n for n, c in compiling.items() if c} - flex_only == {
-                *(f"Design{i:02d}" for i in range(8)), *(f"Decode{i:02d}" for i in range(4)),
-                f"Decode{masked[0]:02d}"}
-            assert len(flex_only) == 2 and {n[:6] for n in flex_only} == {"Design", "Decode"}
-            for name in flex_only:
-                index = int(name[6:])
-                point = (points if name.startswith("Design") else decode_points)[index]
+            # ... and FlexAttention alone at one more masked point of the general and decode
+            # designs, whose block mask (b x n x m padded to 128) holds at least 2^17 elements
+            flex_only = {k for k, c in compiling.items() if c == {"flex"}}
+            assert {k for k, c in compiling.items() if c} - flex_only == {
+                *(("Design", i) for i in range(8)), *(("DesignDecode", i) for i in range(4)),
+                ("DesignDecode", masked[0])}
+            assert sorted(name for name, _ in flex_only) == ["Design", "DesignDecode"]
+            for name, index in flex_only:
+                point = expected[name][index]
                 config = AttentionConfig(framework="torch", backend="flex", **point)
                 assert point["masked"] and block_mask_elements(config) >= 2**17, name
-                assert index >= (8 if name.startswith("Design") else masked[0] + 1), name
+                assert index >= (8 if name == "Design" else masked[0] + 1), name
         if grid == "full":
             # every point (FlexAttention's training steps on CUDA)
             assert all(c == {"compiled", "flex"} for c in compiling.values()), compiling
-        for (_, names, config, backends, tracks, timed), point in zip(
-                classes, points + decode_points + train_points, strict=True):
-            assert names[-1] == "threads" and "threads" not in config
-            assert {k: config[k] for k in point} == point  # the parameters are the point
+        for names, points, configs, backends, tracks, per_point in classes.values():
+            assert names == ["framework", "backend", "point", "device", "dtype", "threads"]
+            for point, config in zip(points, configs, strict=True):
+                assert {k: config[k] for k in point} == point  # the parameter is the point
             assert tracks == [], (grid, tracks)  # time only: no kernel or memory process
-            # only the backends some framework times there: a skipped cell costs a fork
-            assert sorted(backends) == timed, (grid, backends, timed)
-            assert set(backends) <= ({"batched", "fused"} if grid == "tiny" else {
+            # only the backends some framework times somewhere: a skipped cell costs a fork
+            assert sorted(backends) == sorted({b for timed in per_point for b in timed})
+            assert set(backends) <= ({"batched", "fused"} if tiny else {
                 "loop", "batched", "fused", "reference", "compiled", "flex", "blockwise"})
 
 

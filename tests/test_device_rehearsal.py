@@ -184,7 +184,7 @@ def _repo_with_two_commits(tmp: Path) -> tuple[Path, str, str]:
 
 
 def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_path) -> None:
-    from mhabench.suite.bundle import BundleError, prepare_history
+    from mhabench.device.bundle import BundleError, prepare_history
 
     repo, first, second = _repo_with_two_commits(tmp_path)
     # A .git at the bundle's commit is used as it is.
@@ -215,7 +215,7 @@ def test_history_comes_from_the_bundle_and_the_copied_git_is_never_moved(tmp_pat
 def test_the_budget_fits_a_line_to_the_runs_so_far() -> None:
     """What decides a class runs or is skipped: seconds per asv invocation and per run,
     fitted to what this run's invocations took."""
-    from mhabench.suite.device_plan import FIRST_OVERHEAD_S, FIRST_PER_RUN_S, fit_costs
+    from mhabench.device.plan import FIRST_OVERHEAD_S, FIRST_PER_RUN_S, fit_costs
 
     assert fit_costs([]) == (FIRST_OVERHEAD_S, FIRST_PER_RUN_S)
     overhead, per_run = fit_costs([(4, 10.0 + 4 * 2.5), (20, 10.0 + 20 * 2.5),
@@ -230,7 +230,7 @@ def test_the_budget_fits_a_line_to_the_runs_so_far() -> None:
 
 
 def test_a_method_that_does_not_fit_runs_in_chunks_of_exact_cells() -> None:
-    from mhabench.suite.device_plan import BenchClass, chunk_regexes, plan
+    from mhabench.device.plan import BenchClass, chunk_regexes, plan
 
     small = BenchClass("bench_a", "Small", {"time_step": ("c1", "c2")})
     big = BenchClass("bench_b", "Big", {"time_step": tuple(f"b{i}" for i in range(30)),
@@ -263,7 +263,7 @@ def test_cell_weights_predict_the_h200_runs_cell_costs() -> None:
     within 15 %; counting every cell alike misses it by more than half."""
     import statistics
 
-    from mhabench.suite.device_plan import cell_weight
+    from mhabench.device.plan import cell_weight
 
     costs = _h200_cell_costs()
     assert len(costs) == 29  # 30 cells timed before the deadline
@@ -281,7 +281,7 @@ def test_cell_weights_predict_the_h200_runs_cell_costs() -> None:
 def test_no_run_is_planned_past_its_cap() -> None:
     """asv keeps a parametrized benchmark's results only once all its cells are done: a
     long method runs in chunks of at most MAX_RUN_S, however much budget is left."""
-    from mhabench.suite.device_plan import MAX_RUN_S, BenchClass, plan
+    from mhabench.device.plan import MAX_RUN_S, BenchClass, plan
 
     heavy = BenchClass("bench_g", "Peak", {"time_step": tuple(
         f"bench_g.Peak.time_step('{fw}', {i})" for fw in ("torch", "jax") for i in range(20))})
@@ -311,7 +311,7 @@ def _documented_commands() -> dict[str, tuple[int, int, str]]:
 
 def _plan(only: str, budget: int, per_run: float) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "mhabench.suite.devicerun", "--plan", "--devices", "cuda",
+        [sys.executable, "-m", "mhabench.device.run", "--plan", "--devices", "cuda",
          "--dtypes", "bfloat16", "--only", only, "--methods", "time_", "--budget", str(budget),
          "--per-run", f"{per_run:.2f}"], cwd=ROOT, capture_output=True, text=True,
         timeout=300)
@@ -327,7 +327,7 @@ def test_the_documented_parts_hold_what_docs_gpu_md_says() -> None:
     import re
     import statistics
 
-    from mhabench.suite.device_plan import cell_weight
+    from mhabench.device.plan import cell_weight
 
     parts = _documented_commands()
     assert set(parts) == {"gpu-prefill", "gpu-decode"}, parts
@@ -357,7 +357,7 @@ def test_gpu_import_adds_the_load_records_under_any_machine_name(tmp_path: Path,
     """The records beside a returned results folder name a commit and environment, not a
     machine: they are added beside the destination whether or not the import renames the
     machine, and never over a different record."""
-    from mhabench.suite.merge import MergeError, merge
+    from mhabench.cluster.merge import MergeError, merge
 
     src = tmp_path / "returned"
     shutil.copytree(ROOT / "tests" / "fixtures" / "gpu_results", src / "results")

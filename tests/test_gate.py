@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from support.scratch import commit_all, git
 
-import mhabench.suite.gate as gate_module
-from mhabench.suite.gate import GATE_DIR, Evidence, cell_pattern, preimport, rounds
-from mhabench.suite.rounds import SAMPLES
+import mhabench.compare.gate as gate_module
+from mhabench.compare.gate import GATE_DIR, Evidence, cell_pattern, preimport, rounds
+from mhabench.compare.rounds import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "bench_gqa.MhaGqaMqa.time_step('{fw}', '{be}', 2, 512, 256, 16, 4, 'cpu', 'float32', 1)"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mhabench.analysis.process_compare import FACTOR, compare, lean, two_stage
-from mhabench.suite.rounds import process_medians
+from mhabench.compare.rounds import process_medians
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gate_processes.json"
 
@@ -80,7 +80,7 @@ def test_without_the_slow_mode_set_apart_a_slowed_cell_is_missed(cell_runs) -> N
 def test_the_fixture_holds_the_gate_s_design(cell_runs) -> None:
     """Recorded with the shipped rounds and samples: 8 screen and 12 confirmation
     processes a side, 5 samples each, so the replay judges what the gate judged."""
-    from mhabench.suite.rounds import CONFIRM_ROUNDS, SAMPLES, SCREEN_ROUNDS
+    from mhabench.compare.rounds import CONFIRM_ROUNDS, SAMPLES, SCREEN_ROUNDS
 
     for run in cell_runs:
         assert [len(s) for s in run["screen"]] == [SCREEN_ROUNDS * SAMPLES] * 2

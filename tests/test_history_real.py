@@ -10,11 +10,11 @@ rounds" in the next report.
 Why 2x and eight commits: on these VMs about a third of fresh processes run 1.4-1.6x
 slow for their whole life (one SDPA call, b2 h4 n32: 27 us in most processes, 37-44 us in
 5 of 12, on either core, with address randomisation on or off), and a tiny-grid cell is
-one process per commit. A 1.5x step is then the size of that noise in every cell: in six
+one process per commit. A 1.5x shift is then the size of that noise in every cell: in six
 real histories of six or ten commits the report held it at its commit in two, placed it
 a commit or more away in two and left it a candidate or noise in two. At 2x over eight
 commits it held 17-18 of 18 cells at its commit in three of three, and four histories
-without a plant held no step (docs/regressions.md).
+without a plant held no shift (docs/regressions.md).
 
 ``python tests/test_history_real.py OUT [BENCH_REGEX]`` builds the same history (all of
 the tiny grid's benchmarks by default) in OUT and prints the report's counts: the figures
@@ -32,22 +32,22 @@ import pandas as pd
 import pytest
 from support.scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
-from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown
+from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.results import load_results
+from mhabench.compare.rounds import CONFIRM_ROUNDS
 from mhabench.measure.machine_load import read_records
-from mhabench.suite.rounds import CONFIRM_ROUNDS
 
 # The tiny grid's torch time_step cells of the loop, batched and fused backends in the
 # sweep modules (48: 18 fused, 30 that the plant leaves alone), about 35 s of asv a commit;
 # the design points, forced kernels and the reference layer are left out for CI time.
-# Sub-millisecond cells that scatter 10-25 % from process to process: the planted step
+# Sub-millisecond cells that scatter 10-25 % from process to process: the planted shift
 # shows in the backend's cells together, hardly in one.
 BENCHES = r"^bench_(?!design)\w+\.\w+\.time_step\('torch', '(loop|batched|fused)', "
 PLANTED = ("torch", "fused")
 # The commit that makes it slower, of COMMITS: four runs either side. A run whose cells a
 # burst of the VM slowed together can read a backend 1.3-1.5x off at a commit that changed
-# no code; with three runs a side, one such run beside the plant moved the step a commit.
+# no code; with three runs a side, one such run beside the plant moved the shift a commit.
 COMMITS = 8
 PLANTED_AT = 4
 EXTRA = 1.0  # the plant spins for this share of the step's own time: 2x slower
@@ -69,8 +69,8 @@ class History:
         done = self.mhabench("report", "--results", str(self.results), "--out", str(out))
         assert done.returncode == 0, done.stderr[-3000:]
         # commits as text: a short hash such as 3e419554 reads as a number otherwise
-        return pd.read_csv(out.with_name(out.stem + "_tables") / "regressions--steps.csv",
-                           dtype={"step at commit": str, "previous commit": str})
+        return pd.read_csv(out.with_name(out.stem + "_tables") / "regressions--shifts.csv",
+                           dtype={"shift at commit": str, "previous commit": str})
 
 
 def build_history(tmp: Path, home: dict[str, str], benches: str = BENCHES) -> History:
@@ -101,27 +101,27 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     history = build_history(tmp_path, asv_home)
     table = history.report(tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
-    print(table[["verdict", "cell", "step at commit", "step (after/before)",
+    print(table[["verdict", "cell", "shift at commit", "shift (after/before)",
                  "noise SDs (z)"]].to_string())
     at = history.commits[PLANTED_AT][:8]
-    planted_at = planted(table) & (table["step at commit"] == at)
+    planted_at = planted(table) & (table["shift at commit"] == at)
     confirmed = table["verdict"].isin(CONFIRMED_VERDICTS)
     cells = _planted_cells(history)
-    # What a failure needs to be read: each run's level and each backend's step (a VM
-    # whose processes scatter 20-30 % once placed the planted group's step a commit late).
+    # What a failure needs to be read: each run's level and each backend's shift (a VM
+    # whose processes scatter 20-30 % once placed the planted group's shift a commit late).
     tables = tmp_path / "report_tables"
     runs = pd.read_csv(tables / "regressions--runs.csv", dtype={"commit": str, "run": str})
     print(f"planted at {at}; runs:\n", runs.drop(columns=["machine", "environment"]).to_string())
     if (tables / "regressions--groups.csv").exists():
         print("groups:\n", pd.read_csv(tables / "regressions--groups.csv", dtype={
-            "step at commit": str, "previous commit": str}).drop(
+            "shift at commit": str, "previous commit": str}).drop(
             columns=["machine", "environment"]).to_string())
     # Found: listed at its commit, standing (holds) or to be re-measured (candidate).
     found = table[planted_at & table["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
     assert len(found) >= 0.9 * cells, (len(found), cells)
-    # The step stands by itself unless a run of the history was disturbed (these VMs
+    # The shift stands by itself unless a run of the history was disturbed (these VMs
     # drift 10-35 % within a minute now and then: a run that moved as a whole is no clean
-    # evidence, and a step that rests on one clean commit is a candidate for confirm).
+    # evidence, and a shift that rests on one clean commit is a candidate for confirm).
     disturbed = runs[runs["run"].notna()]
     hits = table[planted_at & confirmed]
     if disturbed.empty:
@@ -145,16 +145,16 @@ def test_the_report_confirms_the_planted_slowdown_and_little_else(tmp_path: Path
     # Re-measure one planted cell as a user does: mhabench confirm, then the report again.
     cell = found["asv cell"].iloc[0]
     records = sorted((tmp_path / "load").rglob("*.json"))
-    # its planted step only (--at: a planted cell may carry another step)
+    # its planted shift only (--at: a planted cell may carry another shift)
     done = history.mhabench("confirm", "--results", str(history.results), "--cell",
                             "^" + re.escape(cell) + "$", "--at", at)
     print(done.stdout, done.stderr[-2000:])
-    assert done.returncode == 1 and "1 of 1 step(s) confirmed" in done.stdout, done.stdout
+    assert done.returncode == 1 and "1 of 1 shift(s) confirmed" in done.stdout, done.stdout
     # The confirmation's rounds record their load beside their own results, not in the
-    # history's: the history's records, and so its verdicts on other steps, stay as they were.
+    # history's: the history's records, and so its verdicts on other shifts, stay as they were.
     assert sorted((tmp_path / "load").rglob("*.json")) == records
     again = history.report(tmp_path / "again.html")
-    row = again[(again["asv cell"] == cell) & (again["step at commit"] == at)]
+    row = again[(again["asv cell"] == cell) & (again["shift at commit"] == at)]
     assert row["verdict"].tolist() == ["confirmed"]
     assert f"confirmed by {CONFIRM_ROUNDS} interleaved rounds" in row["why"].iloc[0]
     assert not (tmp_path / "results" / "pytest-machine").joinpath("confirm").exists()
@@ -182,7 +182,7 @@ def main(out: str, benches: str) -> None:
     history = build_history(tmp, home, benches)
     table = history.report(tmp / "report.html")
     print(table["verdict"].value_counts().to_string())
-    at = table["step at commit"] == history.commits[PLANTED_AT][:8]
+    at = table["shift at commit"] == history.commits[PLANTED_AT][:8]
     print("planted cells:", _planted_cells(history), "confirmed at their commit:",
           int((planted(table) & at & table["verdict"].isin(CONFIRMED_VERDICTS)).sum()))
 

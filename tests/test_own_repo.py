@@ -4,13 +4,13 @@ the gate, the report and confirm on that package's commits.
 Fast: every bad input is one line naming the value and what is allowed, exit status 2,
 and nothing is written; what init writes is mhabench's classes narrowed to the plug-in and
 its baseline; where mhabench comes from is pinned; the report's finding names the plug-in
-against its baseline and the commit its cells stepped at.
+against its baseline and the commit its cells shifted at.
 
 Slow (``timing``): a scratch repository of the test plug-in over four commits, the third
 writing the softmax out in float64 in five passes over the attention weights (its cells
 1.45-1.75x slower), timed by ``asv run`` at each commit after ``mhabench init``: the gate
 between the second and third commits flags the plug-in's cells and none of the baseline's,
-the report lists the step at the third commit and no other step that holds, and
+the report lists the shift at the third commit and no other shift that holds, and
 ``mhabench confirm`` confirms it.
 """
 
@@ -32,7 +32,7 @@ from support.plugin_package import write_module
 from support.scratch import ASV, ROOT, commit_all, git
 
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
-from mhabench.suite.own_repo import InitError, source_from
+from mhabench.asvproject.own_repo import InitError, source_from
 
 PLUGIN = "mysdpa"
 
@@ -192,7 +192,7 @@ def test_the_report_names_the_plugin_against_its_baseline(tmp_path: Path) -> Non
     assert f"{PLUGIN} (PyTorch) at {commits[-1][:8]} against PyTorch fused: 1.9" in line
     assert "(3 cells" in line
     assert "Regressions: 1.5" in line and f"x at {commits[3][:8]} (3 cells: 3 holds)" in line
-    assert "baseline PyTorch fused: no step over 6 commits" in line
+    assert "baseline PyTorch fused: no shift over 6 commits" in line
 
 
 # ----- end to end ----------------------------------------------------------------------------
@@ -240,15 +240,15 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
                       str(tmp_path / "history.html"), env=env, timeout=600)
     seconds["report"] = time.monotonic() - start
     assert report.returncode == 0, report.stderr[-3000:]
-    steps = pd.read_csv(tmp_path / "history_tables" / "regressions--steps.csv",
-                        dtype={"step at commit": str, "previous commit": str})
-    print(steps[["verdict", "cell", "step at commit", "step (after/before)"]].to_string())
-    mine = steps["cell"].str.contains(f"backend={PLUGIN},", regex=False)
-    planted = mine & (steps["step at commit"] == at[:8])
-    listed = steps[planted & steps["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
-    # one asv process a cell and commit: a burst of the machine may hide one step
+    shifts = pd.read_csv(tmp_path / "history_tables" / "regressions--shifts.csv",
+                        dtype={"shift at commit": str, "previous commit": str})
+    print(shifts[["verdict", "cell", "shift at commit", "shift (after/before)"]].to_string())
+    mine = shifts["cell"].str.contains(f"backend={PLUGIN},", regex=False)
+    planted = mine & (shifts["shift at commit"] == at[:8])
+    listed = shifts[planted & shifts["verdict"].isin([*CONFIRMED_VERDICTS, "candidate"])]
+    # one asv process a cell and commit: a burst of the machine may hide one shift
     assert len(listed) >= MINE - 1, listed.to_string()
-    elsewhere = steps[~planted & steps["verdict"].isin(CONFIRMED_VERDICTS)]
+    elsewhere = shifts[~planted & shifts["verdict"].isin(CONFIRMED_VERDICTS)]
     assert elsewhere.empty, elsewhere.to_string()
     finding = next(x for x in (tmp_path / "history.md").read_text().splitlines()
                    if "Your backends against the baselines" in x)
@@ -273,4 +273,4 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     seconds["confirm (1 cell)"] = time.monotonic() - start
     print("seconds:", json.dumps({k: round(v, 1) for k, v in seconds.items()}))
     assert confirm.returncode == 1, (confirm.stdout + confirm.stderr)[-3000:]
-    assert "1 of 1 step(s) confirmed" in confirm.stdout
+    assert "1 of 1 shift(s) confirmed" in confirm.stdout

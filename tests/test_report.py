@@ -109,9 +109,9 @@ def test_sections_hold_the_numbers(evil_results: Path) -> None:
     regressions = sections["regressions"]
     text = " ".join(regressions.text)
     assert "1.1x" in text and "noise between commits" in text
-    for steps in regressions.tables:
-        if steps.name == "steps":
-            assert not steps.frame["verdict"].isin(["holds", "confirmed"]).any()
+    for shifts in regressions.tables:
+        if shifts.name == "shifts":
+            assert not shifts.frame["verdict"].isin(["holds", "confirmed"]).any()
     # absent data: one line, no failure
     for sid in ("self-vs-cross", "mha-gqa-mqa", "decoding", "forward-backward",
                 "torch-vs-jax", "machines", "profile", "memory-and-track", "validation"):

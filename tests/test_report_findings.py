@@ -15,6 +15,7 @@ import pytest
 from fixtures.synthetic_asv import BENCH, synthetic_time, write_results
 
 from mhabench.analysis.results import load_results
+from mhabench.cluster.merge import merge
 from mhabench.core.backends import BUILTIN
 from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS
 from mhabench.report.build import SECTION_IDS, build_report, write_report
@@ -23,7 +24,6 @@ from mhabench.report.html import MAX_OPEN_ROWS
 from mhabench.report.palette import Palette, clashes
 from mhabench.report.plots import MAX_LINES, panels, plot_png
 from mhabench.report.types import Plot, Report, Section
-from mhabench.suite.merge import merge
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = {"log": lambda m: None}
@@ -244,10 +244,10 @@ def test_regressions_name_the_kernel_change_beside_the_time_step(tmp_path: Path)
         kernel_of=lambda c, i: math_ if moved(c, i) else flash)
     report = build_report(load_results(root), **QUIET)
     section = sections_of(report)["regressions"]
-    steps = frame_of(section, "steps")
-    at_step = steps[steps["step at commit"] == "e" * 8]
-    assert len(at_step) and (at_step["kernel"] == "flash → math").all()
-    assert (steps[steps["step at commit"] != "e" * 8]["kernel"] == "").all()
+    shifts = frame_of(section, "shifts")
+    at_shift = shifts[shifts["shift at commit"] == "e" * 8]
+    assert len(at_shift) and (at_shift["kernel"] == "flash → math").all()
+    assert (shifts[shifts["shift at commit"] != "e" * 8]["kernel"] == "").all()
     changes = frame_of(section, "kernel-changes")
     assert set(changes["kernel"]) == {"flash → math"} and len(changes) == 2
     assert changes["after/before"].to_numpy() == pytest.approx(1.6, rel=0.1)

@@ -195,3 +195,40 @@ def test_calibration_peak(tmp_path: Path) -> None:
     assert table[["machine", "framework", "device", "dtype"]].values.tolist() == [
         ["synth", "torch", "cpu", "float32"]]
     assert table["peak_gflops"].iloc[0] == pytest.approx(123.0)
+
+
+def test_a_design_point_parameter_loads_as_the_config_fields_it_holds(tmp_path: Path) -> None:
+    """A class whose shapes are one ``point`` parameter (a dict of config fields, as
+    benchmarks/bench_design.py has them): each cell's row carries the point's fields, with
+    the same label a class with one parameter per field gives, and no warning."""
+    from mhabench.core.grids import Point
+
+    name = "bench_design.Design.time_step"
+    points = [Point(mode="forward", batch=2, n=64, m=64, d=32, heads=4, kv_heads=4,
+                    cross=False, masked=False),
+              Point(mode="decode", batch=1, n=1, m=96, d=64, heads=8, kv_heads=2,
+                    cross=True, masked=True)]
+    params = [["'torch'"], ["'batched'"], [repr(p) for p in points], ["'cpu'"],
+              ["'float32'"], ["1"]]
+    root = tmp_path / "results"
+    (root / "m").mkdir(parents=True)
+    (root / "benchmarks.json").write_text(json.dumps({name: {
+        "name": name, "param_names": ["framework", "backend", "point", "device", "dtype",
+                                      "threads"], "params": params, "type": "time",
+        "unit": "seconds", "version": "1"}, "version": 2}))
+    (root / "m" / "machine.json").write_text(json.dumps({"machine": "m", "version": 1}))
+    (root / "m" / "aaaaaaaa-env.json").write_text(json.dumps({
+        "commit_hash": "a" * 40, "env_name": "env", "date": 1700000000000,
+        "params": {"machine": "m"}, "result_columns": ["result", "params", "version"],
+        "results": {name: [[1e-3, 2e-3], params, "1"]}, "version": 2}))
+    results = load_results(root)
+    assert results.warnings == []
+    rows = results.frame.sort_values("value")
+    assert rows["config_id"].tolist() == [
+        AttentionConfig(framework="torch", backend="batched", **p).id for p in points]
+    assert rows["n"].tolist() == [64, 1] and rows["kv_heads"].tolist() == [4, 2]
+    assert rows["cell"].iloc[1] == ("framework=torch, backend=batched, mode=decode, batch=1, "
+                                    "n=1, m=96, d=64, heads=8, kv_heads=2, cross=True, "
+                                    "masked=True, device=cpu, dtype=float32, threads=1")
+    assert rows["asv_cell"].iloc[0] == f"{name}('torch', 'batched', {points[0]!r}, 'cpu', " \
+                                       "'float32', 1)"

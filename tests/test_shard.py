@@ -20,11 +20,11 @@ import pytest
 from conftest import EXAMPLES, ROOT
 from support import slurm_cluster
 
-from mhabench.suite.cells import Cell
-from mhabench.suite.fanout import ci_matrix, k8s_job
-from mhabench.suite.merge import MergeError, merge
-from mhabench.suite.shard import Plan, Shard, balance, cell_seconds, load_plan
-from mhabench.suite.shard_run import attempted, check_shards, done_cells, finite_cells
+from mhabench.asvproject.cells import Cell
+from mhabench.cluster.fanout import ci_matrix, k8s_job
+from mhabench.cluster.merge import MergeError, merge
+from mhabench.cluster.shard import Plan, Shard, balance, cell_seconds, load_plan
+from mhabench.cluster.shard_run import attempted, check_shards, done_cells, finite_cells
 
 FIXTURE = ROOT / "tests" / "fixtures" / "asv_results"
 # The Exercise 6.4 sweep's torch time and memory cells, the README's plug-in among them: 30

@@ -26,7 +26,7 @@ from support.scratch import asv_env, scratch_clone
 
 from mhabench.analysis.process_compare import compare, lean, verdict
 from mhabench.analysis.versions import VERDICTS
-from mhabench.suite.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include
+from mhabench.compare.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include
 
 ROOT = Path(__file__).resolve().parents[1]
 # The quick grid's GQA cell (batch 2, n 512, d 256, 16 query heads over 4 K/V heads).

@@ -2,12 +2,12 @@
 step detection calls them steps, a word that elsewhere in mhabench means a timed call),
 and each one's size over the noise it must beat.
 
-- :func:`fit_steps`: asv's Potts solver (:func:`asv.step_detect.solve_potts_approx`), a new level
+- :func:`fit_shifts`: asv's Potts solver (:func:`asv.step_detect.solve_potts_approx`), a new level
   costing :data:`GAMMA` noise SDs, and :func:`asv.step_detect.detect_regressions` at the
-  threshold: the upward steps that leave the series worse than it was.
+  threshold: the upward shifts that leave the series worse than it was.
 - :func:`z_score`: a level change over the SD of the difference of its two levels (each the
   median of its commits).
-- :func:`classify`: holds, candidate or noise by that ``z`` and the step's support.
+- :func:`classify`: holds, candidate or noise by that ``z`` and the shift's support.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 from asv import step_detect
 
 GAMMA = 3.0  # a new level must cut the absolute deviation by 3 noise SDs (asv's Potts)
-Z_HOLD = 4.0  # a step this many SDs of its two levels' difference, on 2+ commits a side
-Z_CANDIDATE = 3.0  # from here a step is worth re-measuring
+Z_HOLD = 4.0  # a shift this many SDs of its two levels' difference, on 2+ commits a side
+Z_CANDIDATE = 3.0  # from here a shift is worth re-measuring
 # A level is a median of its commits: its SE over the mean's, by the number of commits
 # (1 and 2: the mean itself; 4: the mean of the middle two), sqrt(pi / 2) for many.
 MEDIAN_SE = {1: 1.0, 2: 1.0, 3: 1.16, 4: 1.09, 5: 1.2}
@@ -38,10 +38,10 @@ def _segments(right: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def fit_steps(y: np.ndarray, sigma: float, threshold: float
+def fit_shifts(y: np.ndarray, sigma: float, threshold: float
          ) -> list[tuple[tuple[int, int], tuple[int, int], float]]:
     """asv's step detection on log values ``y``: (old level's segment, new level's
-    segment, log level change) of each upward step that detect_regressions keeps."""
+    segment, log level change) of each upward shift that detect_regressions keeps."""
     right, levels, dists = step_detect.solve_potts_approx(list(y), [1.0] * len(y),
                                                           gamma=GAMMA * sigma)
     segments = _segments(right)
@@ -62,13 +62,13 @@ def fit_steps(y: np.ndarray, sigma: float, threshold: float
 
 def _same_level(y: np.ndarray, segments: Sequence[tuple[int, int]], levels: Sequence[float],
                 i: int, way: int, within: float, other: float) -> tuple[int, int]:
-    """Segment ``i`` widened over its neighbours away from the step (``way`` -1: earlier,
+    """Segment ``i`` widened over its neighbours away from the shift (``way`` -1: earlier,
     +1: later) while the next one's level lies within ``within`` (the threshold, in log) of
     the widened span's median, or nearer it than halfway to ``other`` (the level across
-    the step). A change below the threshold is no step, though the Potts solver splits a
-    series whose noise is small at such wiggles and leaves the step resting on one commit;
+    the shift). A change below the threshold is no shift, though the Potts solver splits a
+    series whose noise is small at such wiggles and leaves the shift resting on one commit;
     nor is a partial return after a burst of the machine, which would otherwise set the
-    step's size by the burst and charge the excess to the later runs
+    shift's size by the burst and charge the excess to the later runs
     (docs/research.md, "Regressions across commits")."""
     lo = hi = i
     while 0 <= (nxt := lo - 1 if way < 0 else hi + 1) < len(segments):

@@ -1,9 +1,9 @@
-"""Verdicts of re-measurement (``mhabench confirm``): a history's step between two commits,
+"""Verdicts of re-measurement (``mhabench confirm``): a history's shift between two commits,
 re-run in fresh interleaved rounds at both, as the gate's second stage does.
 
 Each ``mhabench confirm`` run writes ``<folder>/<UTC time>/confirmations.json`` (never
 over an existing file); :func:`load_confirmations` reads every one under the folder and
-the newest verdict of a step wins. The report reads them from ``.asv/confirm`` beside
+the newest verdict of a shift wins. The report reads them from ``.asv/confirm`` beside
 ``.asv/results`` (``mhabench report --confirmations``).
 """
 
@@ -20,7 +20,7 @@ VERDICTS = ("confirmed", "cleared")
 @dataclass(frozen=True)
 class Confirmation:
     """The verdict of fresh rounds of processes on one cell between the commits either side
-    of a step (:func:`mhabench.suite.gate.confirm`)."""
+    of a shift (:func:`mhabench.compare.gate.confirm`)."""
 
     machine: str
     cell: str  # asv's name with parameters, as its tables print it

@@ -1,12 +1,12 @@
 """Change points (level shifts) shared by the cells of one framework/backend: a change of
 code moves one backend's cells together at one commit, the machine moves every backend.
 
-- :func:`group_steps`: the steps of a backend's median cell, judged by the SD of a median
+- :func:`group_shifts`: the shifts of a backend's median cell, judged by the SD of a median
   over that many cells (each cell's value at a commit comes from its own process).
-- :func:`code_shift`: those steps as a shift of each of the backend's cells from their
+- :func:`code_shift`: those shifts as a shift of each of the backend's cells from their
   commit on, which :func:`mhabench.analysis.regressions.regressions` takes out before it
   estimates the run effects again (backfitting): otherwise a backend's slowed cells pull
-  each later run's effect their way, and their own step shrinks below what holds.
+  each later run's effect their way, and their own shift shrinks below what holds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mhabench.analysis.change_points import classify, fit_steps, median_se, z_score
+from mhabench.analysis.change_points import classify, fit_shifts, median_se, z_score
 from mhabench.analysis.runs import MAD_TO_SD
 
 MIN_GROUP_CELLS = 3  # a framework/backend with fewer cells is judged cell by cell only
@@ -27,8 +27,8 @@ MIN_SERIES_CHANGES = 6  # fewer changes of the groups' series cannot tell their 
 
 
 @dataclass(frozen=True)
-class GroupStep:
-    """A step shared by the cells of one framework/backend at one commit: the median of
+class GroupShift:
+    """A shift shared by the cells of one framework/backend at one commit: the median of
     its cells' run-adjusted changes, judged by the SD of a median over that many cells
     (each cell's value at a commit comes from its own process)."""
 
@@ -75,7 +75,7 @@ def group_series(rows: list[int], deviations: np.ndarray, disturbed: np.ndarray
 
 def series_scale(series: Sequence[np.ndarray]) -> float | None:
     """The SD of one commit's value of a group's median cell, from the changes from commit
-    to commit of every group's series (their own steps taken out): robust, as a cell's
+    to commit of every group's series (their own shifts taken out): robust, as a cell's
     noise (:func:`mhabench.analysis.runs.noise_scales`). None below
     :data:`MIN_SERIES_CHANGES` changes."""
     changes = np.concatenate([np.diff(s) for s in series]) if series else np.array([])
@@ -84,12 +84,12 @@ def series_scale(series: Sequence[np.ndarray]) -> float | None:
     return float(MAD_TO_SD * np.median(np.abs(changes - np.median(changes))) / math.sqrt(2))
 
 
-def group_steps(key: tuple[str, str, str], group: str, rows: list[int],
+def group_shifts(key: tuple[str, str, str], group: str, rows: list[int],
                 series: tuple[np.ndarray, np.ndarray, int], sigmas: np.ndarray,
                 commits: Sequence[str], threshold: float, run_disturbed: np.ndarray,
                 series_sd: float | None = None
-                ) -> list[tuple[GroupStep, tuple[int, int], tuple[int, int]]]:
-    """The steps of one framework/backend's median cell (``series``: its
+                ) -> list[tuple[GroupShift, tuple[int, int], tuple[int, int]]]:
+    """The shifts of one framework/backend's median cell (``series``: its
     :func:`group_series` from deviations with the run effects removed). Its SD: that of a
     median over n independent cells, median_se(n) * sigma / sqrt(n), or ``series_sd``
     (:func:`series_scale`) where larger: the cells of one run are not independent on a VM
@@ -98,7 +98,7 @@ def group_steps(key: tuple[str, str, str], group: str, rows: list[int],
     keep, g, n = series
     sigma = max(float(median_se(n) * np.median(sigmas[rows]) / math.sqrt(n)), series_sd or 0.0)
     out = []
-    for seg_b, seg_a, change in fit_steps(g, sigma, threshold):
+    for seg_b, seg_a, change in fit_shifts(g, sigma, threshold):
         n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
         z = z_score(change, sigma, n_b, n_a)
         clean = (int((~run_disturbed[keep[seg_b[0]:seg_b[1]]]).sum()),
@@ -110,17 +110,17 @@ def group_steps(key: tuple[str, str, str], group: str, rows: list[int],
         # back to positions in ``commits`` (the commits the group has enough cells at)
         span_b, span_a = (int(keep[seg_b[0]]), int(keep[seg_b[1] - 1]) + 1), (
             int(keep[seg_a[0]]), int(keep[seg_a[1] - 1]) + 1)
-        out.append((GroupStep(key[0], key[1], group, commits[span_b[1] - 1],
+        out.append((GroupShift(key[0], key[1], group, commits[span_b[1] - 1],
                               commits[span_a[0]], math.exp(change), z, n, verdict, reason),
                     span_b, span_a))
     return out
 
 
 def code_shift(shape: tuple[int, int], members: dict[str, list[int]],
-               found: Sequence[tuple[str, GroupStep, tuple[int, int]]]) -> np.ndarray:
-    """Cells x commits of log shifts: each group step found (``(group, step, new level's
+               found: Sequence[tuple[str, GroupShift, tuple[int, int]]]) -> np.ndarray:
+    """Cells x commits of log shifts: each group shift found (``(group, shift, new level's
     span)``) added to every cell of its group from its first new commit on."""
-    shift = np.zeros(shape)
-    for group, step, span_a in found:
-        shift[np.ix_(members[group], range(span_a[0], shape[1]))] += math.log(step.ratio)
-    return shift
+    out = np.zeros(shape)
+    for group, shift, span_a in found:
+        out[np.ix_(members[group], range(span_a[0], shape[1]))] += math.log(shift.ratio)
+    return out

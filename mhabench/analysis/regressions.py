@@ -1,5 +1,5 @@
 """Regressions across commits (docs/regressions.md): each cell's history judged by what
-varies between processes, whole-run shifts set apart, steps confirmed by re-measurement.
+varies between processes, whole-run offsets set apart, shifts confirmed by re-measurement.
 
 1. Each cell's history on one machine and environment is put in commit order (asv's
    ``Git.get_revisions``, as ``asv publish``, when the git repository is at hand).
@@ -8,21 +8,21 @@ varies between processes, whole-run shifts set apart, steps confirmed by re-meas
    while other processes took the machine (``mhabench.measure.machine_load``), is reported
    as a run, not as a regression of each of its cells. Where the load records say when
    each cell's process started, the machine's state at that moment is set apart too.
-3. asv's step detection finds the upward steps of each cell's run-adjusted log values
+3. asv's step detection finds the upward shifts of each cell's run-adjusted log values
    (:mod:`mhabench.analysis.change_points`). The noise they must beat is the cell's
    commit-to-commit scatter: one commit's samples come from one process and scatter far
    less than processes do, so a test on pooled samples calls noise a change.
-4. Each step's size over its noise and its support decide: it **holds** (enough SDs, two
+4. Each shift's size over its noise and its support decide: it **holds** (enough SDs, two
    or more undisturbed commits on each side), is a **candidate** (at the newest commit,
    resting on one commit, or smaller), is **disturbed** (rests only on disturbed runs), or
    is noise.
 5. A change of one framework/backend moves all its cells at one commit: their median is
    judged the same way (:mod:`mhabench.analysis.group_change_points`), and each cell that
    moved the same way takes the group's verdict; then the run effects are estimated again
-   with the groups' steps taken out (a change of code is no move of the machine's).
-6. ``mhabench confirm`` re-runs the candidates (and the steps that hold) at the commits on
-   either side in fresh interleaved rounds (:func:`mhabench.suite.gate.confirm`); its
-   verdicts (:mod:`mhabench.analysis.confirmations`) make a step **confirmed** or
+   with the groups' shifts taken out (a change of code is no move of the machine's).
+6. ``mhabench confirm`` re-runs the candidates (and the shifts that hold) at the commits on
+   either side in fresh interleaved rounds (:func:`mhabench.compare.gate.confirm`); its
+   verdicts (:mod:`mhabench.analysis.confirmations`) make a shift **confirmed** or
    **cleared**.
 
 ``peakmem_``, ``mem_`` and ``track_`` cells (one value per commit) are judged the same way,
@@ -40,14 +40,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.change_points import classify, fit_steps, z_score
+from mhabench.analysis.change_points import classify, fit_shifts, z_score
 from mhabench.analysis.confirmations import Confirmation
 from mhabench.analysis.group_change_points import (
-    GroupStep,
+    GroupShift,
     code_shift,
     group_members,
     group_series,
-    group_steps,
+    group_shifts,
     series_scale,
 )
 from mhabench.analysis.runs import (
@@ -63,7 +63,7 @@ from mhabench.measure.machine_load import CellLoad
 TIME_KINDS = ("time",)
 VALUE_KINDS = ("peakmem", "mem", "track")
 HISTORY_KEY = ("machine", "env_name", "benchmark", "cell")
-# Which verdict wins when a cell's own step and its group's meet at one commit.
+# Which verdict wins when a cell's own shift and its group's meet at one commit.
 RANK = {"noise": 0, "disturbed": 1, "candidate": 2, "holds": 3, "cleared": 4, "confirmed": 4}
 # What the report shows for each verdict, and whether it counts as a regression.
 CONFIRMED_VERDICTS = ("confirmed", "holds")
@@ -96,13 +96,13 @@ class History:
 
 
 @dataclass(frozen=True)
-class Step:
-    """An upward step in a history: ``after`` is the first commit on the new level."""
+class Shift:
+    """An upward shift in a history: ``after`` is the first commit on the new level."""
 
     history: History
     before: int  # index of the last commit on the old level
     after: int
-    level_before: float  # the fitted levels, run shifts removed, in the values' unit
+    level_before: float  # the fitted levels, run offsets removed, in the values' unit
     level_after: float
     verdict: str  # confirmed, holds, candidate, cleared, disturbed or noise
     reason: str  # the verdict in words
@@ -126,18 +126,18 @@ class Step:
 
 @dataclass
 class Verdicts:
-    """Every upward step of the histories judged, and every run's shift and load."""
+    """Every upward shift of the histories judged, and every run's offset and load."""
 
-    steps: list[Step]
-    groups: list[GroupStep] = field(default_factory=list)
+    shifts: list[Shift]
+    groups: list[GroupShift] = field(default_factory=list)
     runs: dict[tuple[str, str, str], list[Run]] = field(default_factory=dict)  # (machine,
     # env, kind) -> each commit's run, oldest first
 
-    def listed(self) -> list[Step]:
-        return [s for s in self.steps if s.verdict in LISTED_VERDICTS]
+    def listed(self) -> list[Shift]:
+        return [s for s in self.shifts if s.verdict in LISTED_VERDICTS]
 
     def count(self, verdict: str) -> int:
-        return sum(s.verdict == verdict for s in self.steps)
+        return sum(s.verdict == verdict for s in self.shifts)
 
     def disturbed_runs(self) -> list[tuple[tuple[str, str, str], Run]]:
         return [(key, run) for key, group in self.runs.items() for run in group
@@ -200,18 +200,18 @@ def histories(frame: pd.DataFrame, order: Order, kinds: Iterable[str]) -> list[H
 
 def _judge(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
            threshold: float, confirmations: Mapping[tuple[str, str, str, str], Confirmation],
-           runs_at: Mapping[int, Run]) -> list[Step]:
-    """The upward steps of one history's run-adjusted log values ``y``."""
-    return [_step(history, y, disturbed, sigma, seg_b, seg_a, confirmations, runs_at)
-            for seg_b, seg_a, _ in fit_steps(y, sigma, threshold)]
+           runs_at: Mapping[int, Run]) -> list[Shift]:
+    """The upward shifts of one history's run-adjusted log values ``y``."""
+    return [_shift(history, y, disturbed, sigma, seg_b, seg_a, confirmations, runs_at)
+            for seg_b, seg_a, _ in fit_shifts(y, sigma, threshold)]
 
 
-def _step(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
+def _shift(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
           seg_b: tuple[int, int], seg_a: tuple[int, int],
           confirmations: Mapping[tuple[str, str, str, str], Confirmation],
-          runs_at: Mapping[int, Run], group: GroupStep | None = None) -> Step:
-    """One cell's step from the old level's commits ``seg_b`` to the new level's ``seg_a``
-    (indices into its history), judged by its own noise, or by its group's step."""
+          runs_at: Mapping[int, Run], group: GroupShift | None = None) -> Shift:
+    """One cell's shift from the old level's commits ``seg_b`` to the new level's ``seg_a``
+    (indices into its history), judged by its own noise, or by its group's shift."""
     level_b, level_a = (float(np.median(y[a:b])) for a, b in (seg_b, seg_a))
     n_b, n_a = seg_b[1] - seg_b[0], seg_a[1] - seg_a[0]
     clean = (int((~disturbed[seg_b[0]:seg_b[1]]).sum()),
@@ -238,7 +238,7 @@ def _step(history: History, y: np.ndarray, disturbed: np.ndarray, sigma: float,
             f"this cell {math.exp(level_a - level_b):.2f}x")
     else:
         verdict, reason = classify(z, clean, seg_a, n_b, n_a, len(y) - 1)
-    return Step(history, before, after, math.exp(level_b), math.exp(level_a), verdict,
+    return Shift(history, before, after, math.exp(level_b), math.exp(level_a), verdict,
                 reason, z, clean, math.expm1(sigma), found)
 
 
@@ -252,40 +252,40 @@ def _why(run: Run | None, cell_disturbed: bool) -> str:
         "disturbed")
 
 
-BACKFIT_PASSES = 4  # run effects, group steps, run effects without them, ... (2 suffice)
+BACKFIT_PASSES = 4  # run effects, group shifts, run effects without them, ... (2 suffice)
 
 
 @dataclass
 class _Fit:
-    """One machine, environment and kind's runs, noise and group steps."""
+    """One machine, environment and kind's runs, noise and group shifts."""
 
     runs: list[Run]
     disturbed: np.ndarray  # cells x commits: timed under load, or in a disturbed run
     residuals: np.ndarray  # log values less the run's and the moment's effects (cells x
     # commits)
     sigmas: np.ndarray  # each cell's noise between processes
-    groups: list[tuple[str, list[int], GroupStep, tuple[int, int], tuple[int, int]]]
+    groups: list[tuple[str, list[int], GroupShift, tuple[int, int], tuple[int, int]]]
 
 
 def _fit(key: tuple[str, str, str], members: Sequence[History], x: np.ndarray,
          commits: Sequence[str], cell_loads: Sequence[Sequence[CellLoad | None]],
          loaded: np.ndarray, threshold: float) -> _Fit:
-    """Run effects, time-local effects and group steps by backfitting: the machine's
-    effects are estimated with the group steps found so far taken out of their cells (a
-    change of code is not the machine's), until the steps found stay the same. Time-local
+    """Run effects, time-local effects and group shifts by backfitting: the machine's
+    effects are estimated with the group shifts found so far taken out of their cells (a
+    change of code is not the machine's), until the shifts found stay the same. Time-local
     effects need each cell's start (its load record); memory and track values get none."""
     labels = [h.group for h in members]
     member_rows = group_members(labels)
     starts = np.array([[np.nan if load is None or load.start is None or key[2] != "time"
                         else load.start for load in row] for row in cell_loads],
                       dtype=float).reshape(x.shape)
-    shift = np.zeros_like(x)
+    moved = np.zeros_like(x)
     for _ in range(BACKFIT_PASSES):
         # the levels and run effects without the moment's (which would feed one backend's
-        # step, through its neighbours' levels, back into its own residuals)
-        level, run = run_effects(x - shift, labels)
-        local = local_effects(x - shift - run[None, :] - level[:, None], starts, labels)
-        found_runs = runs(x - shift, level, run, commits, cell_loads)
+        # shift, through its neighbours' levels, back into its own residuals)
+        level, run = run_effects(x - moved, labels)
+        local = local_effects(x - moved - run[None, :] - level[:, None], starts, labels)
+        found_runs = runs(x - moved, level, run, commits, cell_loads)
         runs_at = {r.position: r for r in found_runs}
         run_disturbed = np.array([runs_at[k].disturbed if k in runs_at else False
                                   for k in range(len(commits))])
@@ -293,21 +293,21 @@ def _fit(key: tuple[str, str, str], members: Sequence[History], x: np.ndarray,
         disturbed = loaded | run_disturbed[None, :]
         sigmas = noise_scales(residuals, disturbed, [h.benchmark for h in members])
         # A run that moved as a whole stays in the group's series (its effect is taken
-        # out; it only does not count as clean evidence), so the step is placed at its
+        # out; it only does not count as clean evidence), so the shift is placed at its
         # commit; a cell timed under load is left out of the median.
         series = {group: found for group, rows in member_rows.items()
                   if (found := group_series(rows, residuals - level[:, None], loaded))
                   is not None}
-        # the groups' scatter with their own steps out (a group's shift is the same for
+        # the groups' scatter with their own shifts out (a group's shift is the same for
         # each of its cells at a commit, so it comes off its median cell as it is)
-        series_sd = series_scale([g - shift[member_rows[group][0], keep]
+        series_sd = series_scale([g - moved[member_rows[group][0], keep]
                                   for group, (keep, g, _) in series.items()])
-        found = [(group, member_rows[group], *step) for group, one in series.items()
-                 for step in group_steps(key, group, member_rows[group], one, sigmas,
+        found = [(group, member_rows[group], *shift) for group, one in series.items()
+                 for shift in group_shifts(key, group, member_rows[group], one, sigmas,
                                          commits, threshold, run_disturbed, series_sd)]
         new = code_shift(x.shape, member_rows, [(g, s, a) for g, _, s, _, a in found])
-        done = np.allclose(new, shift, atol=1e-3)
-        shift = new
+        done = np.allclose(new, moved, atol=1e-3)
+        moved = new
         if done:
             break
     return _Fit(found_runs, disturbed, residuals, sigmas, found)
@@ -317,10 +317,10 @@ def regressions(histories_: Sequence[History], threshold: float,
                 loads: Mapping[tuple[str, str, str], CellLoad] | None = None,
                 confirmations: Mapping[tuple[str, str, str, str], Confirmation] | None = None,
                 order: Order | None = None) -> Verdicts:
-    """Judge every upward step of at least ``threshold`` in ``histories_`` (see the
+    """Judge every upward shift of at least ``threshold`` in ``histories_`` (see the
     module's docstring). ``loads``: (commit, env, asv cell) -> the machine's load while the
     cell timed (``mhabench.measure.machine_load.read_records``); ``confirmations``: re-measured
-    steps (``mhabench.analysis.confirmations.load_confirmations``)."""
+    shifts (``mhabench.analysis.confirmations.load_confirmations``)."""
     loads, confirmations = loads or {}, confirmations or {}
     verdicts = Verdicts([])
     groups: dict[tuple[str, str, str], list[History]] = {}
@@ -342,13 +342,13 @@ def regressions(histories_: Sequence[History], threshold: float,
         verdicts.runs[key] = fit.runs
         runs_at = {r.position: r for r in fit.runs}
         disturbed, residuals, sigmas = fit.disturbed, fit.residuals, fit.sigmas
-        cell_steps: dict[int, dict[int, Step]] = {}  # member -> after position -> step
+        cell_shifts: dict[int, dict[int, Shift]] = {}  # member -> after position -> shift
         for i, h in enumerate(members):
             index = [position[c] for c in h.commits]
             own = {j: runs_at[k] for j, k in enumerate(index) if k in runs_at}
-            for step in _judge(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
+            for shift in _judge(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
                                threshold, confirmations, own):
-                cell_steps.setdefault(i, {})[index[step.after]] = step
+                cell_shifts.setdefault(i, {})[index[shift.after]] = shift
         for _, rows, found, seg_b, seg_a in fit.groups:
             verdicts.groups.append(found)
             if found.verdict not in ("holds", "candidate"):
@@ -361,21 +361,21 @@ def regressions(histories_: Sequence[History], threshold: float,
                 a = [at[k] for k in range(*seg_a) if k in at]
                 if not b or not a or a[0] != b[-1] + 1:
                     continue
-                step = _step(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
+                shift = _shift(h, residuals[i, index], disturbed[i, index], float(sigmas[i]),
                              (b[0], b[-1] + 1), (a[0], a[-1] + 1), confirmations,
                              {j: runs_at[k] for j, k in enumerate(index) if k in runs_at},
                              found)
-                old = cell_steps.get(i, {}).get(seg_a[0])
+                old = cell_shifts.get(i, {}).get(seg_a[0])
                 # a cell that moved the group's way takes its verdict (its scatter
-                # may hide the step, or put it a commit beside: the group's is better)
-                if step.ratio > 1 and (old is None or RANK[step.verdict] >= RANK[
+                # may hide the shift, or put it a commit beside: the group's is better)
+                if shift.ratio > 1 and (old is None or RANK[shift.verdict] >= RANK[
                         old.verdict]):
-                    mine = cell_steps.setdefault(i, {})
-                    mine[seg_a[0]] = step
+                    mine = cell_shifts.setdefault(i, {})
+                    mine[seg_a[0]] = shift
                     for k in (seg_a[0] - 1, seg_a[0] + 1):
                         near = mine.get(k)
                         if near is not None and near.ratio > 1 and near.confirmation is None:
                             del mine[k]
-        verdicts.steps += [step for i in sorted(cell_steps)
-                           for _, step in sorted(cell_steps[i].items())]
+        verdicts.shifts += [shift for i in sorted(cell_shifts)
+                           for _, shift in sorted(cell_shifts[i].items())]
     return verdicts

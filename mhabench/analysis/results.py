@@ -30,6 +30,7 @@ import pandas as pd
 
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import cost
+from mhabench.core.grids import POINT, cell_fields
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(AttentionConfig))
 COST_COLUMNS = tuple(cost(AttentionConfig()).as_dict())
@@ -73,9 +74,9 @@ class Results:
     warnings: list[str] = field(default_factory=list)
     # cells without a value: (machine, commit, benchmark, cell, "skipped" | "failed")
     missing: list[tuple[str, str, str, str, str]] = field(default_factory=list)
-    # machine -> its quick speed-probe reading, where the frame's time rows carry the
-    # moment's slowdown (mhabench.analysis.quick_speed; added by mhabench's CLI)
-    quick_probe_s: dict[str, float] = field(default_factory=dict)
+    # machine -> its fast speed-probe reading, where the frame's time rows carry the
+    # moment's slowdown (mhabench.analysis.fast_speed; added by mhabench's CLI)
+    fast_probe_s: dict[str, float] = field(default_factory=dict)
     # (commit, env, asv cell) -> CellLoad, where mhabench's CLI read the load records
     # (mhabench.measure.machine_load.read_records), so the report reads them once
     loads: dict[tuple[str, str, str], Any] | None = None
@@ -227,7 +228,7 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
         return []
     base = {**header, "benchmark": name, "kind": benchmark_kind(name),
             "unit": spec.get("unit", ""), "started": row.get("started_at")}
-    if CONFIG_MARKER in names:
+    if CONFIG_MARKER in names and POINT not in names:  # a design's point records them all
         unrecorded = [f for f in ESSENTIAL_FIELDS if f not in names]
         note = (f"benchmarks.json: benchmark {name}: params do not record config field(s) "
                 f"{', '.join(unrecorded)}; AttentionConfig defaults assumed for them")
@@ -235,7 +236,8 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
             warnings.append(note)
     out, failed, invalid = [], [], []
     for index, combo in enumerate(itertools.product(*params)):
-        cell = dict(zip(names, (parse_param(v) for v in combo), strict=True))
+        # a design's point (a dict of config fields) spread into its fields
+        cell = cell_fields(dict(zip(names, (parse_param(v) for v in combo), strict=True)))
         label = ", ".join(f"{k}={v}" for k, v in cell.items())
         if not _finite(result[index]):
             # asv stores NaN for a skipped cell (NotImplementedError: not in this grid, not

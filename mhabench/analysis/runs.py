@@ -1,4 +1,4 @@
-"""What a history's steps are judged against: how each whole run moved, and each cell's
+"""What a history's shifts are judged against: how each whole run moved, and each cell's
 commit-to-commit noise.
 
 The unit of evidence is the process. In the shipped grids (tiny, quick: ``rounds = 1``)
@@ -28,7 +28,7 @@ import numpy as np
 
 from mhabench.measure.machine_load import DISTURBED_CORES, CellLoad
 
-MIN_RUN_CELLS = 5  # fewer cells at a commit cannot tell a run's shift from a cell's step
+MIN_RUN_CELLS = 5  # fewer cells at a commit cannot tell a run's offset from a cell's shift
 RUN_MOVE = 1.10  # a run that ran this much slower (or faster) than the runs beside it ...
 MOVED_SHARE = 2 / 3  # ... with this share of its cells moved that way, moved as a whole
 SIGMA_FLOOR = 0.01  # 1 %: no cell is steadier than that between processes here
@@ -99,7 +99,7 @@ def run_effects(x: np.ndarray, groups: Sequence[str] | None = None, iterations: 
     of ``groups`` (each cell's framework/backend; "" for a cell of its own) weighs the
     same: the machine moves every backend, a change of code moves one. Unweighted, a
     backend with many cells that slowed would pull the median its way, taking that much
-    from its own step and charging it to every other cell."""
+    from its own shift and charging it to every other cell."""
     labels = [g or f"#{i}" for i, g in enumerate(groups)] if groups is not None else [
         f"#{i}" for i in range(len(x))]
     sizes = {g: labels.count(g) for g in set(labels)}
@@ -163,7 +163,7 @@ def local_effects(deviations: np.ndarray, starts: np.ndarray, groups: Sequence[s
     """Each cell's share of its run's slowdown at the moment it was timed: the median
     deviation of the :data:`LOCAL_CELLS` cells of other frameworks/backends (a change of
     code moves one) whose processes started nearest it in the same run. ``deviations``:
-    cells x commits of log values less each cell's level, run effect and own steps;
+    cells x commits of log values less each cell's level, run effect and own shifts;
     ``starts``: when each cell's process began (NaN unknown). 0 where fewer than
     :data:`MIN_LOCAL_CELLS` such cells are known.
 
@@ -207,10 +207,10 @@ def noise_scales(residuals: np.ndarray, disturbed: np.ndarray, groups: Sequence[
     changes from commit to commit over ``residuals`` (cells x commits, run effects
     removed), leaving out changes into or out of a ``disturbed`` commit of that cell.
 
-    A cell's own scale (the median absolute deviation of its changes, robust to the step
+    A cell's own scale (the median absolute deviation of its changes, robust to the shift
     among them) rests on a handful of changes, so it is shrunk towards its group's (its
     benchmark's cells') median scale, which counts as :data:`PRIOR_CHANGES` changes: a lucky
-    quiet history does not make noise look like a step, nor a short one a blind spot.
+    quiet history does not make noise look like a shift, nor a short one a blind spot.
     Never below :data:`SIGMA_FLOOR`."""
     own = np.full(len(residuals), np.nan)
     count = np.zeros(len(residuals))

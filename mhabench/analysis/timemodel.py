@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.fast_speed import SLOWDOWN, fast_values
 from mhabench.analysis.features import (
     CACHE_CANDIDATES,
     FEATURE_LABELS,
@@ -43,7 +44,6 @@ from mhabench.analysis.features import (
     feature_values,
     kv_moved,
 )
-from mhabench.analysis.quick_speed import SLOWDOWN, quick_values
 from mhabench.analysis.results import latest
 from mhabench.analysis.solvers import distinct_columns, nnls, pulled_nnls, r_squared
 from mhabench.core.config import AttentionConfig
@@ -160,14 +160,14 @@ class TimeModel:
                 **{f"coef_{f}": self.coef[f] for f in FEATURES}}
 
 
-WARM_SUFFIX = ".time_step_warm"  # suite.bench.common: a GPU cell timed with L2 left warm
+WARM_SUFFIX = ".time_step_warm"  # mhabench.bench: a GPU cell timed with L2 left warm
 
 
 def timing_cells(frame: pd.DataFrame, commits: Sequence[str] | None = None) -> pd.DataFrame:
     """The rows a time model is fitted on: the newest time_ measurement (newest by
     ``commits`` where given, see :func:`~mhabench.analysis.results.latest`) of each attention
-    config cell at the machine's quick speed (divided by the moment's slowdown where the
-    frame has it, :mod:`mhabench.analysis.quick_speed`), one row per (group, config) (the
+    config cell at the machine's fast speed (divided by the moment's slowdown where the
+    frame has it, :mod:`mhabench.analysis.fast_speed`), one row per (group, config) (the
     median where several benchmarks time one config)."""
     # A warm-L2 reference timing (time_step_warm) is not the cell's time: the cold one is.
     # Causal cells stay out too: the features have no term for the masked half a causal
@@ -177,9 +177,9 @@ def timing_cells(frame: pd.DataFrame, commits: Sequence[str] | None = None) -> p
                          & ~frame["causal"].eq(True)], commits)
     if cells.empty:
         return cells
-    # At quick speed once: without the slowdown column, cells passed through again (the
+    # At fast speed once: without the slowdown column, cells passed through again (the
     # report's leave-out fits ctx.timings) keep their values instead of being divided twice.
-    cells = cells.assign(value=quick_values(cells)).drop(columns=SLOWDOWN, errors="ignore")
+    cells = cells.assign(value=fast_values(cells)).drop(columns=SLOWDOWN, errors="ignore")
     keep = [*GROUP_KEY, "config_id"]
     return cells.groupby(keep, as_index=False, sort=True).agg(
         {**{c: "first" for c in cells.columns if c not in (*keep, "value")},

@@ -213,7 +213,7 @@ def anchored_line(summary: Mapping[str, Any]) -> str:
 def as_read_line(summary: Mapping[str, Any]) -> str:
     """One sentence on the errors as read (``summary_dict`` of the same timings against a
     model fitted on the grid's cells, neither divided by the moment's slowdown): what the
-    speed probes changed (``mhabench.analysis.quick_speed``)."""
+    speed probes changed (``mhabench.analysis.fast_speed``)."""
     return ("as read (the same timings, and a model fitted on the grid's cells, neither "
             "divided by the moment's slowdown): "
             + "; ".join(part_line(summary[k], label) for k, label in PART_LABELS.items()

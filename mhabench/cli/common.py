@@ -143,12 +143,12 @@ def add_results_args(parser: argparse.ArgumentParser) -> None:
 def load_results(args: argparse.Namespace, command: str) -> Any:
     """The asv results named by ``--results``/``--machine``, each time cell with the
     moment's slowdown from the load records beside them (or ``--load``;
-    :mod:`mhabench.analysis.quick_speed`); loading warnings go to stderr."""
-    from mhabench.analysis.quick_speed import add_slowdown, beside_results
+    :mod:`mhabench.analysis.fast_speed`); loading warnings go to stderr."""
+    from mhabench.analysis.fast_speed import add_slowdown, beside_results
     from mhabench.analysis.results import load_results as load
+    from mhabench.asvproject.own_repo import checkout_backends
     from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
     from mhabench.measure.machine_load import read_records
-    from mhabench.suite.own_repo import checkout_backends
 
     # A plug-in's own checkout (mhabench init): its backends name cells of the results.
     for warning in checkout_backends(Path(getattr(args, "repo", None) or ".")):
@@ -156,7 +156,7 @@ def load_results(args: argparse.Namespace, command: str) -> Any:
     results = load(args.results, machine=args.machine)
     results.loads = read_records(getattr(args, "load", None)
                                  or beside_results(results.root, LOAD_FOLDER))
-    results.frame, results.quick_probe_s = add_slowdown(results.frame, results.loads)
+    results.frame, results.fast_probe_s = add_slowdown(results.frame, results.loads)
     for warning in results.warnings:
         print(f"mhabench {command}: warning: {warning}", file=sys.stderr)
     return results

@@ -1,11 +1,11 @@
-"""``mhabench confirm``: re-measure the report's steps across commits. Every candidate step
-(and every step that holds over the history, or rests on a disturbed run) of a ``time_``
+"""``mhabench confirm``: re-measure the report's shifts across commits. Every candidate shift
+(and every shift that holds over the history, or rests on a disturbed run) of a ``time_``
 cell not yet re-measured is re-run at the commits on either side in fresh interleaved
-rounds of fresh processes (the gate's second stage, :func:`mhabench.suite.gate.confirm`: a step
+rounds of fresh processes (the gate's second stage, :func:`mhabench.compare.gate.confirm`: a shift
 is confirmed where the interval of the ratio of process medians clears 1.0 and the ratio
 passes the factor, slower); the verdicts go to a new
 ``<confirmations>/<UTC time>/confirmations.json``, where ``mhabench report`` reads them.
-Exit status 1 when a step is confirmed, 0 otherwise."""
+Exit status 1 when a shift is confirmed, 0 otherwise."""
 
 from __future__ import annotations
 
@@ -33,22 +33,22 @@ def add_command(sub: Any) -> None:
     add_results_args(p)
     add_history_args(p)
     p.add_argument("--cell", default=None, metavar="REGEX",
-                   help="only the steps whose cell (asv's name with parameters) matches")
+                   help="only the shifts whose cell (asv's name with parameters) matches")
     p.add_argument("--at", default=None, metavar="COMMIT",
-                   help="only the steps at this commit (the first on the new level; a "
+                   help="only the shifts at this commit (the first on the new level; a "
                         "hash prefix), e.g. the newest")
     p.add_argument("--dry-run", action="store_true",
-                   help="list the steps and the asv commands, run nothing")
+                   help="list the shifts and the asv commands, run nothing")
     p.set_defaults(func=run)
 
 
-def _steps(args: argparse.Namespace) -> tuple[list[Any], Any]:
-    """The steps to re-measure (``RECONSIDERED``, narrowed by ``--cell`` and ``--at``) and
+def _shifts(args: argparse.Namespace) -> tuple[list[Any], Any]:
+    """The shifts to re-measure (``RECONSIDERED``, narrowed by ``--cell`` and ``--at``) and
     the confirmations folder."""
     from pathlib import Path
 
     from mhabench.analysis.confirmations import load_confirmations
-    from mhabench.analysis.quick_speed import beside_results
+    from mhabench.analysis.fast_speed import beside_results
     from mhabench.analysis.regressions import (
         TIME_KINDS,
         commit_order,
@@ -70,10 +70,10 @@ def _steps(args: argparse.Namespace) -> tuple[list[Any], Any]:
     verdicts = regressions(histories(results.frame, order, TIME_KINDS), threshold,
                            results.loads,  # read with the results (--load, or beside them)
                            load_confirmations(folder), order)
-    steps = [s for s in verdicts.steps if s.verdict in RECONSIDERED
+    shifts = [s for s in verdicts.shifts if s.verdict in RECONSIDERED
              and (only is None or only.search(s.history.asv_cell))
              and (args.at is None or s.commit.startswith(args.at))]
-    return steps, folder
+    return shifts, folder
 
 
 def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
@@ -84,7 +84,7 @@ def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
 
     from mhabench.analysis.confirmations import Confirmation
     from mhabench.analysis.process_compare import verdict as judge
-    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, confirm
+    from mhabench.compare.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
     results = confirm(before, after, cells, target, asv_args=["--machine", machine],
                       echo=lambda text: print(text, file=sys.stderr, flush=True))
@@ -108,18 +108,18 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from mhabench.analysis.confirmations import save_confirmations
-    from mhabench.suite.gate import CONFIRM_ROUNDS
+    from mhabench.compare.gate import CONFIRM_ROUNDS
 
-    steps, folder = _steps(args)
-    if not steps:
-        print("mhabench confirm: no step to re-measure (candidates, steps that hold, steps on "
+    shifts, folder = _shifts(args)
+    if not shifts:
+        print("mhabench confirm: no shift to re-measure (candidates, shifts that hold, shifts on "
               "disturbed runs; those already re-measured are in "
               f"{folder})")
         return 0
     pairs: dict[tuple[str, str, str], list[Any]] = {}
-    for step in steps:
-        h = step.history
-        pairs.setdefault((h.machine, h.commits[step.before], step.commit), []).append(step)
+    for shift in shifts:
+        h = shift.history
+        pairs.setdefault((h.machine, h.commits[shift.before], shift.commit), []).append(shift)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     records = []
     for index, ((machine, before, after), group) in enumerate(sorted(pairs.items())):
@@ -135,6 +135,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     path = save_confirmations(folder / stamp, records)
     confirmed = sum(r.verdict == "confirmed" for r in records)
-    print(f"mhabench confirm: {confirmed} of {len(records)} step(s) confirmed; verdicts in "
+    print(f"mhabench confirm: {confirmed} of {len(records)} shift(s) confirmed; verdicts in "
           f"{path} (mhabench report reads them)")
     return 1 if confirmed else 0

@@ -1,6 +1,6 @@
 """``mhabench gate BASE HEAD``: did HEAD regress against BASE? Interleaved rounds of fresh
 processes as a screen, then fresh rounds for every cell it passes on, each process's median
-one value (:mod:`mhabench.suite.gate`). Exit status 1 when a cell is confirmed slower or a
+one value (:mod:`mhabench.compare.gate`). Exit status 1 when a cell is confirmed slower or a
 benchmark that ran on BASE fails on HEAD, 0 otherwise."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def add_command(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.suite.gate import CONFIRM_ROUNDS, FACTOR, SCREEN_FACTOR, SCREEN_ROUNDS, gate
+    from mhabench.compare.gate import CONFIRM_ROUNDS, FACTOR, SCREEN_FACTOR, SCREEN_ROUNDS, gate
 
     extra = ["--machine", args.machine] if args.machine else []
     try:

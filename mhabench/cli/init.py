@@ -1,6 +1,6 @@
 """``mhabench init``: make the current git checkout of a package that registers attention
 backends (an entry point in ``mhabench.backends``) an asv project that times them beside a
-few built-in baselines at each of its commits (:mod:`mhabench.suite.own_repo`). Writes
+few built-in baselines at each of its commits (:mod:`mhabench.asvproject.own_repo`). Writes
 ``asv.conf.json`` and ``benchmarks/bench_mhabench.py``; never overwrites either."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 
 def add_command(sub: Any) -> None:
-    from mhabench.suite.own_repo import DEFAULT_BASELINES, GRIDS
+    from mhabench.asvproject.own_repo import DEFAULT_BASELINES
+    from mhabench.core.grids import GRIDS
 
     p = sub.add_parser("init", help="make this git checkout of your plug-in package an asv "
                        "project: your backends beside built-in baselines at each commit "
@@ -36,7 +37,7 @@ def add_command(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.suite.own_repo import init, pin_entries, source_from
+    from mhabench.asvproject.own_repo import init, pin_entries, source_from
 
     if args.show_pin:
         source = source_from(args.mhabench)

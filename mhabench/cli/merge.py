@@ -1,6 +1,6 @@
 """``mhabench merge SOURCE... --into RESULTS``: put asv results from elsewhere beside this
 machine's (another machine's results, or the shards of a plan, whose cells are unioned);
-nothing already there is lost or overwritten (:mod:`mhabench.suite.merge`)."""
+nothing already there is lost or overwritten (:mod:`mhabench.cluster.merge`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def add_command(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from mhabench.suite.merge import merge
-    from mhabench.suite.shard_run import check_shards
+    from mhabench.cluster.merge import merge
+    from mhabench.cluster.shard_run import check_shards
 
     if args.plan:
         check_shards(args.plan, [Path(s) for s in args.sources])

@@ -34,11 +34,11 @@ def run(args: argparse.Namespace) -> int:
                          underdetermined(results.frame))
     terms = model.terms(config)
     outside = model.extrapolation(config)
-    reference = results.quick_probe_s.get(model.key[0])
+    reference = results.fast_probe_s.get(model.key[0])
     out = {"id": config.id, "machine": model.key[0], "predicted_s": sum(terms.values()),
            "extrapolation": outside,
-           # the fit's cells were read at the machine's quick speed (analysis.quick_speed)
-           "quick_probe_s": reference,
+           # the fit's cells were read at the machine's fast speed (analysis.fast_speed)
+           "fast_probe_s": reference,
            "terms": {f"{f}_s": terms[f] for f in FEATURES},
            "features": feature_values(config, model.cache_bytes, model.kv_cache_bytes),
            "cache_bytes": model.cache_bytes, "kv_cache_bytes": model.kv_cache_bytes,
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  (fit on {model.cells} cells, terms {' + '.join(model.features)}, "
               f"R^2 {model.r2:.3f})")
         if reference is not None:
-            print("  (the machine at its quick speed: the cells were divided by the moment's "
+            print("  (the machine at its fast speed: the cells were divided by the moment's "
                   "slowdown their speed probes read)")
     for reason in outside:  # on stderr too, so a --json consumer's user still sees it
         print(f"mhabench predict: warning: extrapolation: {reason}", file=sys.stderr)

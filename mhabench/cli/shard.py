@@ -1,5 +1,5 @@
 """``mhabench shard plan|run|slurm``: the grid as shards of near-equal predicted time, one
-run per host, fanned out on Slurm (:mod:`mhabench.suite.shard`, :mod:`mhabench.suite.fanout`);
+run per host, fanned out on Slurm (:mod:`mhabench.cluster.shard`, :mod:`mhabench.cluster.fanout`);
 ``mhabench merge`` fans them back in."""
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from typing import Any
 
 
 def add_command(sub: Any) -> None:
-    from mhabench.suite.shard import CHUNK_CELLS
+    from mhabench.cluster.shard import CHUNK_CELLS
+    from mhabench.core.grids import GRIDS
 
     p = sub.add_parser("shard", help="split a grid into shards, run one, fan out on Slurm")
     actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
 
     plan = actions.add_parser("plan", help="list the grid's asv cells as N shards of "
                               "near-equal predicted time")
-    plan.add_argument("--grid", default="full", help="tiny, quick or full (default full)")
+    plan.add_argument("--grid", default="full", help=f"one of {', '.join(GRIDS)} (default full)")
     plan.add_argument("--shards", type=int, required=True, help="number of shards (>= 1)")
     plan.add_argument("--devices", default="cpu", help="cpu or cuda (default cpu)")
     plan.add_argument("--machine", default=None,
@@ -76,7 +77,7 @@ def add_command(sub: Any) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     import socket
 
-    from mhabench.suite.shard import make_plan
+    from mhabench.cluster.shard import make_plan
 
     results = Path(args.results) if args.results else None
     if results is not None and not results.is_dir():
@@ -90,7 +91,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_shard(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
-    from mhabench.suite.shard_run import run_shard as run
+    from mhabench.cluster.shard_run import run_shard as run
 
     try:
         results = run(Path(args.plan), args.index, folder=args.folder, python=args.python,
@@ -104,9 +105,9 @@ def run_shard(args: argparse.Namespace) -> int:
 
 
 def run_slurm(args: argparse.Namespace) -> int:
-    from mhabench.suite.fanout import ci_matrix, k8s_job, submit, write_json, write_slurm
-    from mhabench.suite.shard import load_plan
-    from mhabench.suite.shard_run import check_chunk
+    from mhabench.cluster.fanout import ci_matrix, k8s_job, submit, write_json, write_slurm
+    from mhabench.cluster.shard import load_plan
+    from mhabench.cluster.shard_run import check_chunk
 
     if args.chunk is not None:
         check_chunk(args.chunk)  # refused here, before any script is written

@@ -100,13 +100,13 @@ def _machine_models(args: argparse.Namespace, frame: Any) -> tuple[Any, dict, st
     return by_group, {k: m for k, m in models.items() if k[0] == machine}, machine
 
 
-def _at_quick_speed(frame: Any, configs: list, measured: dict, machine: str,
+def _at_fast_speed(frame: Any, configs: list, measured: dict, machine: str,
                     reference: float | None) -> tuple[Any, dict, list[float]]:
     """Where the grid's speed probes and these timings' allow it, the timings read at the
-    machine's quick speed, with the comparison as read (a model fitted on the grid as
+    machine's fast speed, with the comparison as read (a model fitted on the grid as
     read) beside; else the timings as read. Returns (as read or None, timings, the
     moment's slowdowns)."""
-    from mhabench.analysis.quick_speed import SLOWDOWN
+    from mhabench.analysis.fast_speed import SLOWDOWN
     from mhabench.analysis.timemodel import fit_models, groups
     from mhabench.analysis.validation import random_validation
     from mhabench.measure import speed
@@ -121,10 +121,10 @@ def _at_quick_speed(frame: Any, configs: list, measured: dict, machine: str,
     raw_groups = groups(raw)
     raw_models = {k: m for k, m in fit_models(raw, raw_groups).items() if k[0] == machine}
     as_read = random_validation(raw, raw_models, configs, measured, raw_groups)
-    _say(f"read at the machine's quick speed: the grid's cells and these timings divided "
+    _say(f"read at the machine's fast speed: the grid's cells and these timings divided "
          f"by the moment's slowdown (here median x{statistics.median(slowdowns):.2f}, up to "
          f"x{max(slowdowns):.2f}; probe reference {reference * 1e6:.2f} us)")
-    return as_read, {c: m.at_quick_speed(reference) for c, m in measured.items()}, slowdowns
+    return as_read, {c: m.at_fast_speed(reference) for c, m in measured.items()}, slowdowns
 
 
 def _print_text(payload: dict[str, Any], errors: Any, box: str, seed: int) -> None:
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     _say(f"{len(configs)} configs drawn {box} (seed {args.seed}), and {len(anchors)} grid "
          f"cells to measure the machine's drift since the grid; timing them interleaved, "
          f"{args.rounds} rounds x {args.repeats} calls")
-    reference = results.quick_probe_s.get(machine)  # the grid's quick speed, if probed
+    reference = results.fast_probe_s.get(machine)  # the grid's fast speed, if probed
     window = Window.open()
     measured = measure_interleaved(
         [c for _, c in configs] + [c for c, _ in anchors],  # the sample holds no grid cell
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         on_error=lambda c, exc: _say(f"skipped {c.id}: {exc}"),
         probe=speed.probe if reference is not None else None)
     # the same timings and a model fitted on the grid as read, beside
-    as_read, measured, slowdowns = _at_quick_speed(results.frame, configs, measured, machine,
+    as_read, measured, slowdowns = _at_fast_speed(results.frame, configs, measured, machine,
                                                    reference)
     other = window.other_cores() if window is not None else None
     if other is not None and other >= DISTURBED_CORES:
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                                  seed=args.seed, sample=args.sample, threads=threads,
                                  rounds=args.rounds, repeats=args.repeats,
                                  max_gflop=max_gflop, box="wide" if args.wide else "fitted",
-                                 other_cores=other, quick_probe_s=reference,
+                                 other_cores=other, fast_probe_s=reference,
                                  as_read=summary_dict(as_read) if as_read is not None else None,
                                  slowdown_median=float(statistics.median(slowdowns))
                                  if slowdowns else None)

@@ -1,7 +1,7 @@
 """``mhabench versions BASE NEW``: did another dependency set (a torch or JAX upgrade, a
 local package at two versions) make this commit's cells slower? One asv environment per
 side, fresh processes alternating between them, a verdict per cell and the kernel each
-side ran (:mod:`mhabench.suite.versions`). Exit status 1 when a cell is slower on NEW, 2 on
+side ran (:mod:`mhabench.compare.versions`). Exit status 1 when a cell is slower on NEW, 2 on
 bad input and when a cell fails on one side only (its verdict line says which)."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from mhabench.cli.common import CLIError
 
 
 def add_command(sub: Any) -> None:
+    from mhabench.core.grids import GRIDS
+
     p = sub.add_parser("versions", help="one commit in two dependency sets: a verdict per "
                        "cell and the kernel each side ran (exit status 1 if NEW is slower, 2 "
                        "if a cell fails on one side)")
@@ -25,7 +27,7 @@ def add_command(sub: Any) -> None:
     p.add_argument("-b", "--bench", action="append", default=[],
                    help="asv -b regex of the benchmarks to time (repeatable; default all), "
                         "e.g. '^bench_heads' or \"time_step\\('jax'\"")
-    p.add_argument("--grid", default="quick", choices=("tiny", "quick", "full"),
+    p.add_argument("--grid", default="quick", choices=GRIDS,
                    help="the benchmark grid (MHABENCH_GRID; default quick)")
     p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
     p.set_defaults(func=run)
@@ -43,8 +45,8 @@ def _line(cell: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.analysis.versions import side_label
-    from mhabench.suite.sides import SideError
-    from mhabench.suite.versions import Comparison
+    from mhabench.compare.sides import SideError
+    from mhabench.compare.versions import Comparison
 
     def echo(text: str) -> None:
         print(text, file=sys.stderr, flush=True)

@@ -43,6 +43,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mhabench.core.grids import CHAPTER_BACKENDS, NEWER_BACKENDS
+
 ENTRY_POINT_GROUP = "mhabench.backends"
 ENV_VAR = "MHABENCH_BACKENDS"
 ALL_MODES = ("forward", "train", "decode", "prefix")
@@ -78,7 +80,9 @@ class Backend:
     scale: bool | None = None
     library: bool = False  # attention is one library call: the kernel that ran is detected
     materialises: bool = True  # writes the (b, h, n, m) map (the cost model's memory budget)
-    kernel: str | None = None  # the library kernel it forces (None: the library's choice)
+    # The kernel its fused call is forced to (torch SDPA's sdpa_kernel, JAX's implementation=);
+    # None: the library's choice.
+    sdpa_kernel: str | None = None
     devices: tuple[str, ...] = ("cpu", "cuda")
     summary: str = ""
     origin: str = "mhabench"
@@ -207,7 +211,7 @@ def layer_builders(build_layer: Callable[..., Any]) -> dict[str, Builder]:
     ``build_layer(config, weights, layout, core=, kernel=)``: the three layouts (a forced
     kernel for the fused one) and an attention function inside the batched layout."""
     def own(config: Any, weights: dict[str, Any], backend: Backend) -> Any:
-        return build_layer(config, weights, backend.impl, kernel=backend.kernel)
+        return build_layer(config, weights, backend.impl, kernel=backend.sdpa_kernel)
 
     def attend(config: Any, weights: dict[str, Any], backend: Backend) -> Any:
         core = (checked(backend.attend), backend.attend_groups)
@@ -250,7 +254,7 @@ FORCED_KERNELS = {"torch": {"flash": ("cpu", "cuda"), "efficient": ("cuda",),
 for _fw, _kernels in FORCED_KERNELS.items():
     for _kernel, _devices in _kernels.items():
         register(Backend(f"fused_{_kernel}", _fw, impl="fused", library=True,
-                         dropout=_fw == "torch", kernel=_kernel, devices=_devices,
+                         dropout=_fw == "torch", sdpa_kernel=_kernel, devices=_devices,
                          summary=f"the fused call forced to its {_kernel} kernel"))
 register(Backend("compiled", "torch", impl="compiled", fuses_mask=True,
                  summary="torch.compile of the batched layout (recompiles are errors)"))
@@ -270,10 +274,9 @@ KEY_BLOCK = 64
 register(Backend("blockwise", "jax", impl="blockwise", gqa=True, dropout=False,
                  materialises=False,
                  summary="online softmax over key blocks (lax.scan), never the whole map"))
-CHAPTER = ("loop", "batched", "fused", "reference")  # the four every grid sweeps
 FORCED = tuple(dict.fromkeys(f"fused_{k}" for ks in FORCED_KERNELS.values() for k in ks))
 # Every built-in, in the order names() lists them.
-BUILTIN = CHAPTER + ("compiled", "flex", "blockwise") + FORCED
+BUILTIN = CHAPTER_BACKENDS + NEWER_BACKENDS + FORCED
 
 
 def load_plugins() -> None:

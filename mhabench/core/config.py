@@ -1,4 +1,5 @@
-"""One validated config type that names a benchmark cell, plus the grids and presets.
+"""One validated config type that names a benchmark cell, plus the presets (the grids are
+:mod:`mhabench.core.grids`).
 
 Every part of mhabench (implementations, timing, profiling, asv benchmarks, the report
 and the CLI) takes an :class:`AttentionConfig`. Construction validates every field with a
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mhabench.core import backends
+from mhabench.core.grids import CHAPTER_SHAPE, HEAD_SWEEP
 
 FRAMEWORKS = ("torch", "jax")
 BACKENDS = backends.BUILTIN  # plus the registered plug-ins: backends.names(framework)
@@ -317,15 +319,11 @@ def framework_installed(framework: str) -> bool:
         framework != "jax" or importlib.util.find_spec("jax") is not None)
 
 
-# ----- grids and presets ---------------------------------------------------------------
-CHAPTER = {"batch": 8, "n": 512, "d": 256}
-HEAD_SWEEP = (1, 2, 4, 8, 16, 32, 64)
-
-
+# ----- presets ----------------------------------------------------------------------
 def head_sweep(framework: str = "torch", backend: str = "batched",
                heads: tuple[int, ...] = HEAD_SWEEP, **overrides: Any) -> list[AttentionConfig]:
     """Exercise 6.4: d=256, n=512, batch 8, one config per head count."""
-    base = {**CHAPTER, **overrides}
+    base = {**CHAPTER_SHAPE.fields(), **overrides}
     return [AttentionConfig(framework=framework, backend=backend, heads=h, **base) for h in heads]
 
 

@@ -61,7 +61,7 @@ def expected_kernel(config: AttentionConfig) -> str:
     """
     if not library_call(config):
         return own_kernel(config)
-    forced = backends.get(config.framework, config.backend).kernel
+    forced = backends.get(config.framework, config.backend).sdpa_kernel
     if forced is not None:
         return forced
     if config.framework == "jax":

@@ -8,8 +8,8 @@ not on others, and a time model fitted on them learns the stretches.
 
 :func:`probe` times a small matmul (the cores) and a 2 MiB copy (the memory path) and
 returns the geometric mean of their medians, in seconds. Timed right beside a step, its
-ratio to the machine's quick reading (:func:`quick_reference`: a low quantile of many
-probes) estimates how much slower than its quick state the machine ran then. It takes
+ratio to the machine's fast reading (:func:`fast_reference`: a low quantile of many
+probes) estimates how much slower than its fast state the machine ran then. It takes
 part of the slow stretches out, not all: each kernel slows by its own factor, and the
 probe is one number. Numpy only, one thread, about 2 ms a probe.
 """
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 PROBE_REPEATS = 25  # timed calls of each part; the median of each is kept
-QUICK_QUANTILE = 0.1  # the machine's quick reading: this quantile of its probes
+FAST_QUANTILE = 0.1  # the machine's fast reading: this quantile of its probes
 _MATRIX = np.random.default_rng(0).random((32, 32), dtype=np.float32)
 _SOURCE = np.ones(1 << 19, dtype=np.float32)  # 2 MiB: past L2, inside L3
 _TARGET = np.empty_like(_SOURCE)
@@ -49,17 +49,17 @@ def probe(repeats: int = PROBE_REPEATS) -> float:
     return math.sqrt(matmul * copy)
 
 
-def quick_reference(probes: Sequence[float]) -> float:
-    """The machine's quick reading: the :data:`QUICK_QUANTILE` of ``probes``. A ValueError
+def fast_reference(probes: Sequence[float]) -> float:
+    """The machine's fast reading: the :data:`FAST_QUANTILE` of ``probes``. A ValueError
     names an empty or non-positive set."""
     values = [float(p) for p in probes]
     if not values or min(values) <= 0 or not all(map(math.isfinite, values)):
         raise ValueError(f"probes={values[:5]!r}... are not allowed; a reference needs at "
                          "least one positive, finite probe time")
-    return float(np.quantile(values, QUICK_QUANTILE))
+    return float(np.quantile(values, FAST_QUANTILE))
 
 
 def slowdown(probe_s: float, reference_s: float) -> float:
-    """How much slower than its quick state the machine ran when ``probe_s`` was read (1:
-    quick; never below 1, a probe quicker than the reference is the reference's noise)."""
+    """How much slower than its fast state the machine ran when ``probe_s`` was read (1:
+    fast; never below 1, a probe quicker than the reference is the reference's noise)."""
     return max(1.0, probe_s / reference_s)

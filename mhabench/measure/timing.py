@@ -202,7 +202,7 @@ def prepare(config: AttentionConfig, warmup: int = 2, settle: bool = True
     """A warmed-up, compiled, synchronising step for ``config`` (cached per process):
     ``warmup`` calls, then (``settle``) more until the heap has stopped growing (page
     faults). Only timing needs the settled heap: asv's memory and kernel processes skip it
-    and the time benchmark settles in its own setup (``mhabench.suite.bench.common``)."""
+    and the time benchmark settles in its own setup (``mhabench.bench.methods.settle``)."""
     check_runnable(config)
     if config.framework == "torch":
         from mhabench.layers.torch.steps import make_step
@@ -250,7 +250,7 @@ class Measurement:
     def q75_s(self) -> float:
         return self._quartiles()[1]
 
-    def at_quick_speed(self, reference_s: float) -> Measurement:
+    def at_fast_speed(self, reference_s: float) -> Measurement:
         """Each timing divided by the slowdown its probe read against the machine's quick
         reading ``reference_s`` (:func:`mhabench.measure.speed.slowdown`); the same
         measurement where no probe was read."""

@@ -89,7 +89,7 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
     (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
     from mhabench.analysis.confirmations import load_confirmations
-    from mhabench.analysis.quick_speed import beside_results
+    from mhabench.analysis.fast_speed import beside_results
     from mhabench.analysis.regressions import commit_order
     from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
     from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER

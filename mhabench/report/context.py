@@ -14,6 +14,7 @@ from mhabench.analysis.regressions import Order
 from mhabench.analysis.results import Results, calibration_table
 from mhabench.analysis.timemodel import GROUP_KEY, Key, TimeModel
 from mhabench.analysis.tracks import kernel_table
+from mhabench.core.grids import CHAPTER_SHAPE
 from mhabench.report.types import Plot
 
 # Everything that names a head sweep except h (MHA: kv_heads follows h).
@@ -22,7 +23,8 @@ SWEEP_KEY = ("machine", "framework", "backend", "device", "dtype", "mode", "batc
 CONFIG_KEY = (*SWEEP_KEY, "heads", "kv_heads")
 MAX_PLOTS = 6
 MIN_SWEEP = 3  # fewer values than this are a comparison, not a sweep: not drawn as a line
-CHAPTER_SHAPE = {"batch": 8, "n": 512, "d": 256, "mode": "forward"}  # Exercise 6.4
+# Exercise 6.4: the chapter's shape, forward
+CHAPTER_SWEEP = {**CHAPTER_SHAPE.fields(), "mode": "forward"}
 
 
 @dataclass
@@ -38,7 +40,7 @@ class Context:
     validations: list[dict[str, Any]] = field(default_factory=list)  # validate --save files
     # the machine's load while cells timed: (commit, env, asv cell) -> CellLoad
     loads: dict[tuple[str, str, str], Any] | None = None
-    # re-measured steps (mhabench confirm): (machine, asv cell, before, after) -> verdict
+    # re-measured shifts (mhabench confirm): (machine, asv cell, before, after) -> verdict
     confirmations: dict[tuple[str, str, str, str], Any] | None = None
     kernels: pd.DataFrame | None = None  # kernel_table: what each fused/reference cell ran
 
@@ -54,7 +56,7 @@ class Context:
                    threshold, **extra, kernels=kernel_table(results.frame))
 
     def writes_map(self, machine: str, framework: str, backend: str, device: str) -> bool:
-        """Whether this backend's steps on ``machine`` write the attention map: the kernel
+        """Whether this backend's shifts on ``machine`` write the attention map: the kernel
         most of its recorded cells ran, else the one its description predicts."""
         from mhabench.core.config import AttentionConfig
         from mhabench.core.kernel_codes import expected_kernel, materialises
@@ -106,7 +108,7 @@ def sweep_id(key: dict[str, Any]) -> tuple:
 
 
 def is_chapter(key: dict[str, Any]) -> bool:
-    return all(key[k] == v for k, v in CHAPTER_SHAPE.items())
+    return all(key[k] == v for k, v in CHAPTER_SWEEP.items())
 
 
 SHAPE_KEY = ("machine", "device", "dtype", "mode", "batch", "n", "m", "d", "cross", "masked",

@@ -182,22 +182,22 @@ def regressions(ctx: Context, sections: dict[str, Section], machine: str) -> str
     order = facts["order"].commits
     mine = [c for c in order if c in set(commits)]
     newest, previous = mine[-1], mine[-2]
-    steps = [s for s in facts["verdicts"].listed() if s.history.machine == machine
+    shifts = [s for s in facts["verdicts"].listed() if s.history.machine == machine
              and s.commit == newest and s.verdict in (*CONFIRMED_VERDICTS, "candidate")]
     changes = _table(sections, "regressions", "kernel-changes", machine)
     changes = changes[changes["commit"] == newest[:8]] if len(changes) else changes
     text = (f"{newest[:8]} against {previous[:8]}: " + (
-        f"{len(steps)} cell(s) slower by {ctx.threshold:g}x or more ("
+        f"{len(shifts)} cell(s) slower by {ctx.threshold:g}x or more ("
         + ", ".join(f"{s.history.group or s.history.benchmark} {s.ratio:.2f}x {s.verdict}"
-                    for s in steps[:3]) + ("; ..." if len(steps) > 3 else "") + ")"
-        if steps else f"no cell slower by {ctx.threshold:g}x or more"))
+                    for s in shifts[:3]) + ("; ..." if len(shifts) > 3 else "") + ")"
+        if shifts else f"no cell slower by {ctx.threshold:g}x or more"))
     if len(changes):
         text += f"; {len(changes)} kernel change(s), e.g. {changes['kernel'].iloc[0]}"
     return text + "."
 
 
-def _steps_text(sections: dict[str, Section], machine: str, group: str) -> str:
-    """The steps of one framework/backend's cells that stand or are candidates, by commit:
+def _shifts_text(sections: dict[str, Section], machine: str, group: str) -> str:
+    """The shifts of one framework/backend's cells that stand or are candidates, by commit:
     "1.50x at 1a2b3c4d (9 cells: 8 holds, 1 candidate)", or that there is none."""
     facts = sections["regressions"].facts if "regressions" in sections else {}
     if "verdicts" not in facts:
@@ -208,19 +208,19 @@ def _steps_text(sections: dict[str, Section], machine: str, group: str) -> str:
                 and s.verdict in (*CONFIRMED_VERDICTS, "candidate")):
             at.setdefault(s.commit, []).append(s)
     if not at:
-        return f"no step over {len(facts['order'].commits)} commits"
+        return f"no shift over {len(facts['order'].commits)} commits"
     order = facts["order"].commits
     return "; ".join(
-        f"{statistics.median(s.ratio for s in steps):.2f}x at {commit[:8]} ({len(steps)} "
+        f"{statistics.median(s.ratio for s in shifts):.2f}x at {commit[:8]} ({len(shifts)} "
         f"cells: " + ", ".join(f"{n} {v}" for v, n in Counter(
-            s.verdict for s in steps).most_common()) + ")"
-        for commit, steps in sorted(at.items(), key=lambda kv: order.index(kv[0])
+            s.verdict for s in shifts).most_common()) + ")"
+        for commit, shifts in sorted(at.items(), key=lambda kv: order.index(kv[0])
                                     if kv[0] in order else len(order)))
 
 
 def own_backends(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
     """Each plug-in backend (a registered backend that is no built-in) against the built-in
-    backends timed at the same cells, and its steps across commits and theirs."""
+    backends timed at the same cells, and its shifts across commits and theirs."""
     t = ctx.timings
     t = t[t["machine"] == machine] if len(t) else t
     mine = sorted({(fw, b) for fw, b in zip(t["framework"], t["backend"], strict=True)
@@ -245,9 +245,10 @@ def own_backends(ctx: Context, sections: dict[str, Section], machine: str) -> st
         text = f"{backend} ({_fw(fw)})" + (f" at {newest[0][:8]}" if len(newest) == 1 else "")
         text += (" against " + "; ".join(a for _, a in against) if against
                  else ": no built-in backend timed at its cells")
-        text += f". Regressions: {_steps_text(sections, machine, f'{fw}/{backend}')}"
+        text += f". Regressions: {_shifts_text(sections, machine, f'{fw}/{backend}')}"
         for base, _ in against:
-            text += f"; baseline {_fw(fw)} {base}: {_steps_text(sections, machine, f'{fw}/{base}')}"
+            text += (f"; baseline {_fw(fw)} {base}: "
+                     f"{_shifts_text(sections, machine, f'{fw}/{base}')}")
         parts.append(text + ".")
     return " ".join(parts) or None
 

@@ -1,5 +1,5 @@
-"""Sections across commits: regressions of ``time_`` cells, and steps in memory and other
-``track_`` values, each judged by the cell's commit-to-commit noise with whole-run shifts
+"""Sections across commits: regressions of ``time_`` cells, and shifts in memory and other
+``track_`` values, each judged by the cell's commit-to-commit noise with whole-run offsets
 set apart, and confirmed by re-measurement (``mhabench confirm``). See
 :mod:`mhabench.analysis.regressions` for the rules."""
 
@@ -15,17 +15,17 @@ from mhabench.analysis.regressions import (
     TIME_KINDS,
     VALUE_KINDS,
     Order,
-    Step,
+    Shift,
     Verdicts,
     commit_order,
     histories,
     regressions,
 )
 from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
+from mhabench.compare.rounds import CONFIRM_ROUNDS
 from mhabench.measure.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
-from mhabench.suite.rounds import CONFIRM_ROUNDS
 
 CONFIRM_COMMAND = "mhabench confirm --results {results}"
 
@@ -35,7 +35,7 @@ def _order(ctx: Context) -> Order:
 
 
 def _verdicts(ctx: Context, kinds: Iterable[str]) -> tuple[Order, Verdicts, int]:
-    """The commit order, every step of the cells of ``kinds`` judged, and how many cells
+    """The commit order, every shift of the cells of ``kinds`` judged, and how many cells
     have a history."""
     order = _order(ctx)
     cells = histories(ctx.results.frame, order, kinds)
@@ -47,24 +47,24 @@ def _scale(unit: str) -> tuple[float, str]:
     return (1e3, "ms") if unit == "seconds" else (1.0, unit)
 
 
-def _row(step: Step) -> dict[str, object]:
-    h = step.history
+def _row(shift: Shift) -> dict[str, object]:
+    h = shift.history
     scale, unit = _scale(h.unit)
-    before = step.before
-    return {"verdict": step.verdict, "machine": h.machine, "environment": h.env_name,
+    before = shift.before
+    return {"verdict": shift.verdict, "machine": h.machine, "environment": h.env_name,
             "benchmark": h.benchmark, "cell": h.cell, "unit": unit,
-            "step at commit": h.commits[step.after][:8],
-            "position": f"{step.after + 1} of {len(h.commits)}",
+            "shift at commit": h.commits[shift.after][:8],
+            "position": f"{shift.after + 1} of {len(h.commits)}",
             "previous commit": h.commits[before][:8],
-            "level before": scale * step.level_before, "level after": scale * step.level_after,
-            "step (after/before)": step.ratio, "noise SDs (z)": step.z,
-            "cell's noise between processes": step.noise,
-            "undisturbed commits (before, after)": f"{step.support[0]}, {step.support[1]}",
+            "level before": scale * shift.level_before, "level after": scale * shift.level_after,
+            "shift (after/before)": shift.ratio, "noise SDs (z)": shift.z,
+            "cell's noise between processes": shift.noise,
+            "undisturbed commits (before, after)": f"{shift.support[0]}, {shift.support[1]}",
             "samples before": sample_summary([scale * v for v in h.samples[before] or ()],
                                              scale * h.values[before]),
-            "samples after": sample_summary([scale * v for v in h.samples[step.after] or ()],
-                                            scale * h.values[step.after]),
-            "why": step.reason, "asv cell": h.asv_cell}
+            "samples after": sample_summary([scale * v for v in h.samples[shift.after] or ()],
+                                            scale * h.values[shift.after]),
+            "why": shift.reason, "asv cell": h.asv_cell}
 
 
 def sample_summary(samples: Sequence[float] | None, value: float) -> str:
@@ -77,20 +77,20 @@ def sample_summary(samples: Sequence[float] | None, value: float) -> str:
     return f"n={len(samples)} median {statistics.median(samples):.4g} (IQR {q[0]:.4g}-{q[2]:.4g})"
 
 
-def history_plot(step: Step) -> Plot:
-    """The cell's values in commit order, samples as dots, the step as a dashed line."""
-    h = step.history
+def history_plot(shift: Shift) -> Plot:
+    """The cell's values in commit order, samples as dots, the shift as a dashed line."""
+    h = shift.history
     scale, unit = _scale(h.unit)
     x = list(range(len(h.commits)))
     xs, ys = [], []
     for i, samples in enumerate(h.samples):
         xs += [float(i)] * len(samples or ())
         ys += [scale * v for v in samples or ()]
-    return Plot(f"{h.benchmark} [{h.cell}] on {h.machine}: {step.ratio:.2f}x at "
-                f"{h.commits[step.after][:8]} ({step.verdict})", "commit (oldest first)",
+    return Plot(f"{h.benchmark} [{h.cell}] on {h.machine}: {shift.ratio:.2f}x at "
+                f"{h.commits[shift.after][:8]} ({shift.verdict})", "commit (oldest first)",
                 unit, {"value": ([float(i) for i in x], [scale * v for v in h.values])},
                 dots={"samples": (xs, ys)} if xs else {},
-                xticks=[c[:8] for c in h.commits], marks=[step.after - 0.5], small=True)
+                xticks=[c[:8] for c in h.commits], marks=[shift.after - 0.5], small=True)
 
 
 def runs_table(verdicts: Verdicts) -> Table | None:
@@ -118,7 +118,7 @@ def _run_lines(verdicts: Verdicts) -> list[str]:
     out = []
     for (machine, env, kind), run in verdicts.disturbed_runs():
         held = sum(s.verdict == "disturbed" and s.history.commits[s.after] == run.commit
-                   for s in verdicts.steps if s.history.machine == machine)
+                   for s in verdicts.shifts if s.history.machine == machine)
         what = []
         if run.moved:
             what.append(f"ran {run.factor:.2f}x {'slower' if run.factor > 1 else 'faster'} "
@@ -129,19 +129,19 @@ def _run_lines(verdicts: Verdicts) -> list[str]:
                         "while it timed")
         out.append(f"The whole {kind} run of commit {run.commit[:8]} on {machine} ({env}) "
                    f"{' and '.join(what)}: a disturbed run, not a regression of each cell "
-                   f"({held} cell step(s) rest on it alone). Time it again on a quiet "
+                   f"({held} cell shift(s) rest on it alone). Time it again on a quiet "
                    f"machine: asv run --record-samples --append-samples {run.commit[:8]}^!")
     return out
 
 
 def groups_table(verdicts: Verdicts) -> Table | None:
-    """Steps shared by the cells of one framework/backend (all but noise)."""
+    """Shifts shared by the cells of one framework/backend (all but noise)."""
     rows = [{"verdict": g.verdict, "machine": g.machine, "environment": g.env_name,
-             "framework/backend": g.group, "step at commit": g.after[:8],
-             "previous commit": g.before[:8], "median cell's step (after/before)": g.ratio,
+             "framework/backend": g.group, "shift at commit": g.after[:8],
+             "previous commit": g.before[:8], "median cell's shift (after/before)": g.ratio,
              "noise SDs (z)": g.z, "cells": g.cells, "why": g.reason}
             for g in verdicts.groups if g.verdict != "noise"]
-    return Table("groups", "Steps shared by the cells of one framework/backend: the median "
+    return Table("groups", "Shifts shared by the cells of one framework/backend: the median "
                  "cell's change, judged against the SD of a median over that many cells",
                  pd.DataFrame(rows)) if rows else None
 
@@ -163,15 +163,15 @@ def _rules(kind_text: str, order: Order, cells: int) -> str:
     return (
         f"{cells} {kind_text} cells have a history of two or more commits, ordered by "
         f"{order.source}. A cell's samples at one commit come from one asv process and "
-        "scatter far less than separate processes do, so steps are judged by the cell's "
+        "scatter far less than separate processes do, so shifts are judged by the cell's "
         "noise between commits (the robust scale of its commit-to-commit changes, or its "
         "benchmark's if larger), after setting apart how each whole run moved (a median "
         "polish of the log values over cells and commits, backfitted without the "
-        "backends' own steps) and, where the load records say when each process started, "
+        "backends' own shifts) and, where the load records say when each process started, "
         "the machine's state at that moment (the cells of other backends timed nearest "
         "it). asv's step detection (its Potts "
         f"solver, a new level costing {GAMMA:g} noise SDs, and detect_regressions at the "
-        "threshold) finds the upward steps. A step holds when it is at least "
+        "threshold) finds the upward shifts. A shift holds when it is at least "
         f"{Z_HOLD:g} SDs of the difference of its two levels with two or more undisturbed "
         f"commits on each side; from {Z_CANDIDATE:g} SDs it is a candidate (at the newest "
         "commit, resting on one commit, or smaller). A change confined to one "
@@ -181,19 +181,19 @@ def _rules(kind_text: str, order: Order, cells: int) -> str:
         "moved the same way takes its verdict. As in asv, higher is worse.")
 
 
-def _kernel_at_step(ctx: Context) -> Callable[[Step], str]:
-    """For a step of a time_ cell, "flash → math" where the same config recorded another
-    kernel at the step's commit than at the commit before it, else ""."""
+def _kernel_at_shift(ctx: Context) -> Callable[[Shift], str]:
+    """For a shift of a time_ cell, "flash → math" where the same config recorded another
+    kernel at the shift's commit than at the commit before it, else ""."""
     frame = ctx.results.frame
     ids = (frame[frame["config_id"].notna()].drop_duplicates(["machine", "benchmark", "cell"])
            .set_index(["machine", "benchmark", "cell"])["config_id"].to_dict())
     kernels = kernels_by_commit(frame)
 
-    def at(step: Step) -> str:
-        h = step.history
+    def at(shift: Shift) -> str:
+        h = shift.history
         config_id = ids.get((h.machine, h.benchmark, h.cell))
         k0, k1 = (kernels.get((h.machine, h.env_name, config_id, h.commits[i]))
-                  for i in (step.before, step.after))
+                  for i in (shift.before, shift.after))
         return f"{k0} → {k1}" if k0 and k1 and k0 != k1 else ""
     return at
 
@@ -223,13 +223,13 @@ def regressions_section(ctx: Context) -> Section:
     section.text += _run_lines(verdicts)
     section.text += _group_lines(verdicts)
     listed = verdicts.listed()
-    section.text.append(f"{len(verdicts.steps)} upward step(s) of a cell of at least "
+    section.text.append(f"{len(verdicts.shifts)} upward shift(s) of a cell of at least "
                         f"{ctx.threshold:g}x: {_counts(verdicts)}.")
     if any(s.verdict in ("candidate", "disturbed") for s in listed):
         section.text.append(
-            "A candidate, or a step resting on a disturbed run, is not yet a regression: "
+            "A candidate, or a shift resting on a disturbed run, is not yet a regression: "
             "re-measure it. `" + CONFIRM_COMMAND.format(results=ctx.results.root) + "` re-runs "
-            "each of them (and every step that holds) at the commits on either side in "
+            "each of them (and every shift that holds) at the commits on either side in "
             f"{CONFIRM_ROUNDS} fresh interleaved rounds of processes (the gate's second "
             "stage) and saves "
             "the verdicts beside the results; build the report again and each reads "
@@ -239,14 +239,14 @@ def regressions_section(ctx: Context) -> Section:
     section.text.append(f"Machine load while cells timed: {loads}; a cell counts as "
                         f"disturbed when other processes took {DISTURBED_CORES:g} cores "
                         "or more while it timed.")
-    kernel = _kernel_at_step(ctx)
+    kernel = _kernel_at_shift(ctx)
     if listed:
-        steps = pd.DataFrame([_row(s) for s in listed])
-        steps.insert(steps.columns.get_loc("step (after/before)") + 1, "kernel",
+        shifts = pd.DataFrame([_row(s) for s in listed])
+        shifts.insert(shifts.columns.get_loc("shift (after/before)") + 1, "kernel",
                      [kernel(s) for s in listed])  # the kernel change beside the time change
-        section.tables.append(Table("steps", "Upward steps: the verdict, where, how large "
+        section.tables.append(Table("shifts", "Upward shifts: the verdict, where, how large "
                                     "against the cell's noise, the kernel where it changed, "
-                                    "and the samples either side", steps))
+                                    "and the samples either side", shifts))
     changes = kernel_changes_table(ctx, order)
     if changes is not None:
         section.text.append(
@@ -263,7 +263,7 @@ def regressions_section(ctx: Context) -> Section:
     section.plots = [history_plot(s) for s in shown[:MAX_PLOTS]]
     if len(shown) > MAX_PLOTS:
         section.text.append(f"History plots for the first {MAX_PLOTS} of {len(shown)} "
-                            "confirmed, holding and candidate steps.")
+                            "confirmed, holding and candidate shifts.")
     return section
 
 
@@ -275,14 +275,14 @@ def values_section(ctx: Context) -> Section:
     section = Section("", "")
     section.text.append(_rules("peakmem_/mem_/track_", order, cells) + (
         " These hold one value per commit; peakmem_ is the whole process's peak RSS (imports "
-        "included), so its steps understate the step's own memory change in proportion; "
+        "included), so its shifts understate the step's own memory change in proportion; "
         "for track_ values asv counts higher as worse whatever the unit."))
     section.text += _run_lines(verdicts)
-    section.text.append(f"{len(verdicts.steps)} upward step(s) of at least "
+    section.text.append(f"{len(verdicts.shifts)} upward shift(s) of at least "
                         f"{ctx.threshold:g}x: {_counts(verdicts)}.")
     listed = verdicts.listed()
     if listed:
-        section.tables.append(Table("steps", "Upward steps in memory and track_ values",
+        section.tables.append(Table("shifts", "Upward shifts in memory and track_ values",
                                     pd.DataFrame([_row(s) for s in listed]).drop(
                                         columns=["samples before", "samples after"])))
         section.plots = [history_plot(s) for s in listed[:MAX_PLOTS]]

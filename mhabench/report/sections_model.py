@@ -14,7 +14,7 @@ from mhabench.analysis.decomposition import (
     decompose,
     verdict,
 )
-from mhabench.analysis.quick_speed import BURSTY_P90, grid_steadiness
+from mhabench.analysis.fast_speed import BURSTY_P90, grid_steadiness
 from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
 from mhabench.analysis.timemodel import (
     FEATURE_LABELS,
@@ -143,9 +143,9 @@ def _decomposition_method() -> list[str]:
         f"(explicit ops, math, XLA), and {SCORE_TERMS[False]} where it keeps the map in "
         "tiles (flash, efficient, cuDNN, flex, blockwise). Shares are each term's change "
         "from the smallest to the largest h over the model's total change. Where the "
-        "asv run recorded speed probes, each cell is fitted at the machine's quick speed: "
+        "asv run recorded speed probes, each cell is fitted at the machine's fast speed: "
         "divided by the slowdown its probe read (the model predicts the machine in its "
-        "quick stretches; mhabench.analysis.quick_speed).",
+        "fast stretches; mhabench.analysis.fast_speed).",
         f"A share is named only where the model fits the sweep itself: R^2 >= {GOOD_R2:g} on "
         f"the sweep and every h within {100 * GOOD_RESIDUAL:.0f}% of its measurement (one "
         "timing's run-to-run noise on shared machines is often 10-20%). Elsewhere the verdict "
@@ -310,7 +310,7 @@ def timemodel_section(ctx: Context) -> Section:
         section.facts["steadiness"] = steady
         section.tables.append(Table("grid-speed", "How slow the machine ran while the grid's "
                                     "newest cells timed (their speed probes against its "
-                                    "quick reading)", steady))
+                                    "fast reading)", steady))
         for r in steady.to_dict("records"):
             section.text.append(
                 f"The grid's {r['cells']} newest time cells on {r['machine']} read a median "

@@ -98,7 +98,7 @@ def _newest_text(data: Mapping[str, Any], rows: pd.DataFrame) -> str:
            "from a box wider than the fitted ranges (each size from half the smallest to "
            "twice the largest fitted)")
     busy = data.get("other_cores")
-    quick = data.get("slowdown_median")
+    slowed = data.get("slowdown_median")
     return (
         f"{len(rows)} configs drawn at random (seed {data.get('seed')}) off the benchmark "
         f"grid (odd widths, head counts off the powers of two, n != m, GQA ratios, masking), "
@@ -106,8 +106,8 @@ def _newest_text(data: Mapping[str, Any], rows: pd.DataFrame) -> str:
         + (f", interleaved ({data['rounds']} rounds)" if data.get("rounds") else "")
         + (f", while other processes took {busy:.2f} cores" if busy is not None else "")
         + (f", each timing divided by the slowdown its speed probe read against the grid's "
-           f"quick reading (median x{quick:.2f}), as the grid's cells were"
-           if quick is not None else "")
+           f"fast reading (median x{slowed:.2f}), as the grid's cells were"
+           if slowed is not None else "")
         + f" on host {data.get('host')!r} against the models of machine "
         f"{data.get('machine')!r} ({data.get('created', '')[:19]}): the model could not have "
         "been tuned on them. Relative error, calibrated model: "

@@ -1,7 +1,7 @@
 """Minor page faults of each of 9 timed calls of a GQA cell, printed as a JSON list.
 
 argv: FRAMEWORK MODE, MODE "retain" (the process set up as the asv suite sets up its
-processes, mhabench.suite.bench.common at import) or "default" (glibc's defaults)."""
+processes, mhabench.bench at import) or "default" (glibc's defaults)."""
 
 import json
 import sys
@@ -11,7 +11,7 @@ from mhabench.measure import timing
 from mhabench.measure.allocator import minor_faults
 
 if sys.argv[2] == "retain":  # the module configures the process at import, as asv runs it
-    from mhabench.suite.bench.common import WARMUP
+    from mhabench.bench.methods import WARMUP
 else:  # glibc's defaults: the same process set-up without the allocator options
     import torch
 

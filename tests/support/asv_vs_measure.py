@@ -36,7 +36,7 @@ def time_benchmarks(pattern: str) -> list[tuple[str, int, tuple[str, ...]]]:
     asv name matches ``pattern`` (the suite's one cell listing, in this process)."""
     import re
 
-    from mhabench.suite.cells import cell_rows, cells_of
+    from mhabench.asvproject.cells import cell_rows, cells_of
 
     sys.path.insert(0, str(ROOT))
     return [(cell.benchmark, cell.index, cell.values) for cell in cells_of(cell_rows())
@@ -47,9 +47,9 @@ def compare(name: str, index: int, rounds: int) -> dict:
     """Alternate asv_runner's run of one cell and ``measure`` of its config."""
     from asv_runner.discovery import get_benchmark_from_name
 
+    from mhabench.bench.methods import WARMUP
     from mhabench.measure.speed import probe, slowdown
     from mhabench.measure.timing import measure
-    from mhabench.suite.bench.common import WARMUP
 
     # (samples, probe before, probe after) of each side, each round
     asv_runs: list[tuple[list[float], float, float]] = []
@@ -99,7 +99,7 @@ def compare(name: str, index: int, rounds: int) -> dict:
 
 
 def _config_of(bench) -> object:
-    from mhabench.suite.bench.common import config_of
+    from mhabench.bench.cells import config_of
 
     return config_of(bench.param_names, bench._current_params)
 

@@ -99,7 +99,7 @@ def make_step(config: AttentionConfig, seed: int = 0) -> Callable[[], Any]:
     step, see ``mhabench.core.config.MODES``), synchronised with the device before it returns.
     A forced SDPA kernel that cannot take the cell raises ValueError here (n/a)."""
     step = _make_step(config, seed)
-    if backends.get(config.framework, config.backend).kernel is not None:
+    if backends.get(config.framework, config.backend).sdpa_kernel is not None:
         check_forced_kernel(config, step)
     return step
 

@@ -55,7 +55,7 @@ def read_cells(path: Path | None, kinds: tuple[str, ...] = ("time_",)) -> dict[s
     """asv cell name -> its samples (time benchmarks: a list, None where the cell failed)
     or value (track benchmarks), for the benchmarks of ``kinds`` in one results file;
     cells asv skipped (n/a) are left out."""
-    from mhabench.suite.merge import cell_names, result_rows
+    from mhabench.asvproject.result_files import cell_names, result_rows
 
     if path is None or not path.is_file():
         return {}

@@ -1,14 +1,14 @@
-"""Timings read at the machine's quick speed: the moment's slowness taken out.
+"""Timings read at the machine's fast speed: the moment's slowness taken out.
 
 A shared host runs the same step slower in some stretches than in others
 (:mod:`mhabench.measure.speed`), and a grid cell is one process timed over a fraction
 of a second. Each asv timing process records the machine's speed probe before and after
 its samples (:mod:`mhabench.measure.machine_load`). A cell's *slowdown* is that probe
-over the machine's quick reading (:func:`mhabench.measure.speed.quick_reference` of the
+over the machine's fast reading (:func:`mhabench.measure.speed.fast_reference` of the
 probes of all its time cells); the time model is fitted on ``value / slowdown``
 (:func:`mhabench.analysis.timemodel.timing_cells`), and ``mhabench validate`` divides its
 own timings by the slowdown its probes read against the same reference, so the model and
-the measurements it is checked against are both read at the machine's quick speed.
+the measurements it is checked against are both read at the machine's fast speed.
 
 Cells without probes (records written before them, or none at all) keep slowdown 1; a
 machine none of whose cells has a probe gets no reference, and nothing is divided on
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from mhabench.measure.machine_load import CellLoad
-from mhabench.measure.speed import quick_reference, slowdown
+from mhabench.measure.speed import fast_reference, slowdown
 
 SLOWDOWN = "slowdown"  # the frame's column: 1 where no probe was recorded
 
@@ -38,7 +38,7 @@ def beside_results(results: str | Path, name: str) -> Path:
 def add_slowdown(frame: pd.DataFrame, loads: Mapping[tuple[str, str, str], CellLoad]
                  ) -> tuple[pd.DataFrame, dict[str, float]]:
     """``frame`` with the :data:`SLOWDOWN` column for its time rows (1 elsewhere), and
-    each machine's quick probe reading (machines without probes are absent)."""
+    each machine's fast probe reading (machines without probes are absent)."""
     out = frame.copy()
     out[SLOWDOWN] = 1.0
     if out.empty:
@@ -53,12 +53,12 @@ def add_slowdown(frame: pd.DataFrame, loads: Mapping[tuple[str, str, str], CellL
         known = rows.dropna()
         if known.empty:
             continue
-        references[str(machine)] = reference = quick_reference(known.to_numpy())
+        references[str(machine)] = reference = fast_reference(known.to_numpy())
         out.loc[known.index, SLOWDOWN] = [slowdown(p, reference) for p in known]
     return out, references
 
 
-def quick_values(cells: pd.DataFrame) -> np.ndarray:
+def fast_values(cells: pd.DataFrame) -> np.ndarray:
     """The cells' values divided by their slowdown (the values as they are without the
     column)."""
     values = cells["value"].to_numpy(dtype=float)
@@ -75,7 +75,7 @@ BURSTY_P90 = 1.3
 
 def grid_steadiness(frame: pd.DataFrame) -> pd.DataFrame:
     """Per machine, the slowdowns of the newest measurement of each time cell (1 where the
-    probe read the quick speed or no probe was recorded): cells, median, 90th percentile
+    probe read the fast speed or no probe was recorded): cells, median, 90th percentile
     and whether that percentile passes :data:`BURSTY_P90`. A machine none of whose cells
     read a slowdown (no probes) is left out."""
     from mhabench.analysis.results import latest

@@ -1,5 +1,5 @@
 """The moment's slowness taken out of timings: the speed probe recorded beside each asv
-timing process, the slowdown the CLI's results carry, the fit at the machine's quick speed,
+timing process, the slowdown the CLI's results carry, the fit at the machine's fast speed,
 and validate's own timings read against the same reference."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fixtures.synthetic_asv import synthetic_time, write_results
 
-from mhabench.analysis.quick_speed import SLOWDOWN, add_slowdown, quick_values
+from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown, fast_values
 from mhabench.analysis.results import load_results
 from mhabench.analysis.timemodel import timing_cells
 from mhabench.analysis.validation import leave_out
@@ -23,7 +23,7 @@ from mhabench.measure import speed
 from mhabench.measure.interleaved import measure_interleaved
 from mhabench.measure.machine_load import CellLoad, read_records
 
-QUICK = 50e-6  # the synthetic machine's quick probe reading
+FAST = 50e-6  # the synthetic machine's fast probe reading
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
 
 
@@ -48,7 +48,7 @@ def _slow_results(tmp_path: Path, seed: int = 1) -> tuple[Path, dict[str, float]
             continue
         config = next(c for c in factors if c.id == row["config_id"])
         factor = factors[config]
-        probes = [QUICK * factor * float(rng.uniform(0.975, 1.025)) for _ in range(2)]
+        probes = [FAST * factor * float(rng.uniform(0.975, 1.025)) for _ in range(2)]
         (load / f"{i}.json").write_text(json.dumps({
             "version": 1, "commit": row["commit"], "env_name": row["env_name"],
             "cell": row["asv_cell"], "pid": i, "start": 1e9 + i, "seconds": 0.2,
@@ -59,10 +59,10 @@ def _slow_results(tmp_path: Path, seed: int = 1) -> tuple[Path, dict[str, float]
     return root, slowed
 
 
-def test_the_fit_reads_cells_at_the_machine_quick_speed(tmp_path: Path,
+def test_the_fit_reads_cells_at_the_machine_fast_speed(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
     """Through the CLI (its results carry the load records' slowdown): with a third of
-    the cells slowed 1.3-1.9x, the model predicts the quick machine within 5 % once the
+    the cells slowed 1.3-1.9x, the model predicts the fast machine within 5 % once the
     probes take the stretches out; the same results without their records miss it."""
     root, slowed = _slow_results(tmp_path)
     assert len(slowed) >= 10
@@ -76,40 +76,40 @@ def test_the_fit_reads_cells_at_the_machine_quick_speed(tmp_path: Path,
                 str(config.n), "-d", str(config.d), "--heads", str(config.heads), "--json"]
         assert main(argv) == 0
         out = json.loads(capsys.readouterr().out)
-        said.append(out["quick_probe_s"])  # the reference the fit's cells were read at
+        said.append(out["fast_probe_s"])  # the reference the fit's cells were read at
         return out["predicted_s"]
 
     for config in configs:
         assert predicted(config) == pytest.approx(synthetic_time(config), rel=0.05)
-    assert said[-1] == pytest.approx(QUICK, rel=0.03)
+    assert said[-1] == pytest.approx(FAST, rel=0.03)
     (tmp_path / ".asv" / "load").rename(tmp_path / "elsewhere")  # no records: as read
     misses = [predicted(c) / synthetic_time(c) - 1 for c in configs]
     assert max(misses) > 0.1, misses
     assert said[-1] is None
 
 
-def test_the_slowdown_is_the_probe_over_the_machine_quick_reading(tmp_path: Path) -> None:
+def test_the_slowdown_is_the_probe_over_the_machine_fast_reading(tmp_path: Path) -> None:
     root, slowed = _slow_results(tmp_path)
     results = load_results(root)
     loads = read_records(tmp_path / ".asv" / "load")
     frame, references = add_slowdown(results.frame, loads)
     assert set(references) == {"synth"}
     probes = [load.probe_s for load in loads.values()]
-    assert references["synth"] == pytest.approx(np.quantile(probes, speed.QUICK_QUANTILE))
+    assert references["synth"] == pytest.approx(np.quantile(probes, speed.FAST_QUANTILE))
     timed = frame[frame["kind"] == "time"].set_index("asv_cell")
     for cell, factor in slowed.items():
         assert timed.loc[cell, SLOWDOWN] == pytest.approx(factor, rel=0.06), cell
-    assert (frame[SLOWDOWN] >= 1).all()  # never quicker than the quick reading
+    assert (frame[SLOWDOWN] >= 1).all()  # never quicker than the fast reading
     assert (frame.loc[frame["kind"] != "time", SLOWDOWN] == 1).all()
-    quick = quick_values(frame[frame["kind"] == "time"])
-    assert np.allclose(quick, frame.loc[frame["kind"] == "time", "value"]
+    fast = fast_values(frame[frame["kind"] == "time"])
+    assert np.allclose(fast, frame.loc[frame["kind"] == "time", "value"]
                        / frame.loc[frame["kind"] == "time", SLOWDOWN])
     # a machine none of whose cells has a probe: no reference, nothing divided
     bare, none = add_slowdown(results.frame, {})
     assert none == {} and (bare[SLOWDOWN] == 1).all()
 
 
-def test_timing_cells_read_each_cell_at_quick_speed_once(tmp_path: Path) -> None:
+def test_timing_cells_read_each_cell_at_fast_speed_once(tmp_path: Path) -> None:
     """The fit's cells passed through again (the report fits its leave-out on the cells it
     already holds) read the same values, and the leave-out from them is the one from the
     frame: a cell is not divided by its slowdown twice."""
@@ -145,37 +145,37 @@ def test_a_cell_probe_is_the_geometric_mean_of_its_processes_and_none_when_one_l
 
 def test_validate_divides_each_timing_by_its_own_probe() -> None:
     """measure_interleaved reads the probe after each visit's timed calls and keeps it
-    beside each of them; at_quick_speed divides each timing by its own probe's slowdown
-    (never speeding a timing up: a probe below the reference counts as quick)."""
-    readings = iter([QUICK * f for f in (1.0, 2.0, 0.5, 1.5, 1.0, 3.0)])
+    beside each of them; at_fast_speed divides each timing by its own probe's slowdown
+    (never speeding a timing up: a probe below the reference counts as fast)."""
+    readings = iter([FAST * f for f in (1.0, 2.0, 0.5, 1.5, 1.0, 3.0)])
     configs = [AttentionConfig(batch=1, n=8, d=16, heads=2),
                AttentionConfig(batch=1, n=16, d=16, heads=4)]
     measured = measure_interleaved(configs, rounds=3, repeats=2, threads=1,
                                    probe=lambda: next(readings))
     first, second = (measured[c] for c in configs)
-    assert first.probes_s == pytest.approx([QUICK * f for f in (1, 1, 0.5, 0.5, 1, 1)])
-    assert second.probes_s == pytest.approx([QUICK * f for f in (2, 2, 1.5, 1.5, 3, 3)])
-    quick = second.at_quick_speed(QUICK)
-    assert quick.times_s == pytest.approx([t / f for t, f in zip(
+    assert first.probes_s == pytest.approx([FAST * f for f in (1, 1, 0.5, 0.5, 1, 1)])
+    assert second.probes_s == pytest.approx([FAST * f for f in (2, 2, 1.5, 1.5, 3, 3)])
+    fast = second.at_fast_speed(FAST)
+    assert fast.times_s == pytest.approx([t / f for t, f in zip(
         second.times_s, (2, 2, 1.5, 1.5, 3, 3), strict=True)])
-    assert first.at_quick_speed(QUICK).times_s == pytest.approx(first.times_s)
+    assert first.at_fast_speed(FAST).times_s == pytest.approx(first.times_s)
     plain = measure_interleaved(configs[:1], rounds=1, repeats=1, threads=1)[configs[0]]
-    assert plain.probes_s == () and plain.at_quick_speed(QUICK) is plain
+    assert plain.probes_s == () and plain.at_fast_speed(FAST) is plain
 
 
 def test_the_probe_is_positive_and_a_reference_refuses_what_is_no_time() -> None:
     readings = [speed.probe() for _ in range(5)]
     assert all(0 < r < 0.01 and math.isfinite(r) for r in readings)
-    assert speed.slowdown(2 * QUICK, QUICK) == 2 and speed.slowdown(QUICK / 2, QUICK) == 1
+    assert speed.slowdown(2 * FAST, FAST) == 2 and speed.slowdown(FAST / 2, FAST) == 1
     for bad in ([], [0.0, 1e-5], [float("nan")]):
         with pytest.raises(ValueError, match="positive, finite"):
-            speed.quick_reference(bad)
+            speed.fast_reference(bad)
 
 
-def test_validate_reads_its_sample_at_the_grid_quick_speed_and_shows_it_as_read(
+def test_validate_reads_its_sample_at_the_grid_fast_speed_and_shows_it_as_read(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The real fixture's results with load records carrying probes (a quarter of its
-    cells slowed 1.5x) whose quick reading, 0.1 us, no real probe comes near: validate
+    cells slowed 1.5x) whose fast reading, 0.1 us, no real probe comes near: validate
     divides each of its timings by its probe's slowdown against that reference (here
     ~100x, so every config reads ~100x quicker than predicted), says the reference and
     the slowdown, and gives the same timings as read against a model fitted on the cells
@@ -201,12 +201,12 @@ def test_validate_reads_its_sample_at_the_grid_quick_speed_and_shows_it_as_read(
                  "--save", str(saved)]) == 0
     out = capsys.readouterr()
     data = load_validation(saved)
-    assert data["quick_probe_s"] == pytest.approx(1e-7)  # the grid's 10th percentile
+    assert data["fast_probe_s"] == pytest.approx(1e-7)  # the grid's 10th percentile
     assert data["slowdown_median"] > 10  # this machine's probes against that reading
     assert data["summary"]["all"]["median_rel_error"] > 5  # divided: ~100x quicker
     assert data["as_read"]["all"]["median_rel_error"] < 5
     assert data["as_read"]["all"]["cells"] == 3
-    assert "read at the machine's quick speed" in out.err
+    assert "read at the machine's fast speed" in out.err
     assert as_read_line(data["as_read"]) in out.out
     report = build_report(load_results(results), log=lambda m: None, validations=[data])
     section = next(s for s in report.sections if s.id == "validation")
@@ -218,7 +218,7 @@ def test_a_grid_timed_in_bursts_is_named_in_the_report(tmp_path: Path) -> None:
     """A third of the grid's cells 1.3-1.9x slow, their probes reading it: the
     report's time-model section tabulates the probes' slowdowns, and the findings say the
     grid was timed in bursts; without the load records neither is claimed."""
-    from mhabench.analysis.quick_speed import BURSTY_P90, grid_steadiness
+    from mhabench.analysis.fast_speed import BURSTY_P90, grid_steadiness
 
     root, slowed = _slow_results(tmp_path)
     frame, _ = add_slowdown(load_results(root).frame, read_records(tmp_path / ".asv" / "load"))

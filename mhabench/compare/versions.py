@@ -2,7 +2,7 @@
 cell and the kernel each side ran.
 
 asv pairs results only within one environment, so ``asv compare`` cannot answer this. Here
-each side is an asv environment of its own (:mod:`mhabench.suite.sides`: the project's
+each side is an asv environment of its own (:mod:`mhabench.compare.sides`: the project's
 matrix with the side's pins swapped in, or local packages installed beside it), and both
 sides' results go, under their environments' names, into one new folder
 ``.asv/versions/<UTC time>/results``, never into ``.asv/results``.
@@ -48,8 +48,8 @@ from mhabench.analysis.process_compare import (
     two_stage,
 )
 from mhabench.analysis.versions import SUMMARY
-from mhabench.suite.gate import cell_pattern, preimport
-from mhabench.suite.rounds import (
+from mhabench.compare.gate import cell_pattern, preimport
+from mhabench.compare.rounds import (
     CONFIRM_ROUNDS,
     SAMPLES,
     SCREEN_ROUNDS,
@@ -59,7 +59,7 @@ from mhabench.suite.rounds import (
     round_args,
     run_asv,
 )
-from mhabench.suite.sides import (
+from mhabench.compare.sides import (
     SIDES,
     Side,
     SideError,
@@ -72,7 +72,7 @@ from mhabench.suite.sides import (
 )
 
 VERSIONS_DIR = Path(".asv") / "versions"
-KERNEL_VAR = "MHABENCH_KERNELS"  # suite.bench.common records track_kernel when set
+KERNEL_VAR = "MHABENCH_KERNELS"  # mhabench.bench.axes records track_kernel when set
 COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
 
 

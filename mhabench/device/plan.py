@@ -1,4 +1,4 @@
-"""How a bounded GPU run spends its seconds (``scripts/gpu-grid``, :mod:`mhabench.suite.devicerun`).
+"""How a bounded GPU run spends its seconds (``scripts/gpu-grid``, :mod:`mhabench.device.run`).
 
 :func:`schedule` decides the asv runs: each benchmark class whole if its estimate fits the
 seconds left, else method by method, and a method that does not fit in chunks of exact cells
@@ -16,21 +16,21 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mhabench.core.grids import COMPILING_BACKENDS
+
 # Until this run has measured its own: seconds per asv invocation (benchmark discovery and
 # the forkserver import torch and jax) and per unit of cell cost (a forked process that
 # starts CUDA, builds, compiles and samples; an eager torch cell is one unit).
 FIRST_OVERHEAD_S = 12.0
 FIRST_PER_RUN_S = 3.0
 SAFETY = 1.3  # estimates are padded by this factor before they are compared to the budget
-# A cell that compiles costs several eager ones: on an H200 an eager torch cell took
-# 1.7-3.3 s, a JAX cell (its process starts JAX's CUDA backend and XLA compiles and
-# autotunes) or a torch.compile / FlexAttention cell (inductor imports and compiles)
-# 11.6-16.3 s.
+# A cell that compiles costs several eager ones: a JAX cell's process starts JAX's CUDA
+# backend and XLA compiles and autotunes; a torch.compile or FlexAttention cell's inductor
+# imports and compiles.
 COMPILING_WEIGHT = 6.0
-COMPILING_TORCH_BACKENDS = ("compiled", "flex")
 # No single asv run is planned past this: asv saves a parametrized benchmark's results
 # only when all its cells are done, so a run stopped at the deadline loses every cell it
-# timed (once 30 prefill cells over 205 s, none kept).
+# timed.
 MAX_RUN_S = 150.0
 _PARAMS = re.compile(r"\('([\w.-]+)'(?:, '([\w.-]+)')?")
 
@@ -42,7 +42,7 @@ def cell_weight(cell: str) -> float:
     if not found:
         return 1.0
     framework, backend = found.groups()
-    heavy = framework == "jax" or backend in COMPILING_TORCH_BACKENDS
+    heavy = framework == "jax" or backend in COMPILING_BACKENDS
     return COMPILING_WEIGHT if heavy else 1.0
 
 

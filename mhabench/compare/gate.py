@@ -3,9 +3,9 @@ process as the unit of evidence.
 
 1. **Screen**: ``asv run --interleave-rounds`` of both commits in :data:`SCREEN_ROUNDS`
    rounds over the chosen benchmarks, a fresh process per cell, commit and round taking
-   exactly :data:`~mhabench.suite.rounds.SAMPLES` samples; asv reverses the commits' order
+   exactly :data:`~mhabench.compare.rounds.SAMPLES` samples; asv reverses the commits' order
    every other round, so a slow stretch of the machine falls on both. Each process's median
-   is one value (:mod:`mhabench.suite.rounds`); a cell whose ratio of fast-process medians
+   is one value (:mod:`mhabench.compare.rounds`); a cell whose ratio of fast-process medians
    leans past :data:`SCREEN_FACTOR` either way is passed on
    (:mod:`mhabench.analysis.process_compare`).
 2. **Confirm**: every cell passed on runs again from scratch in :data:`CONFIRM_ROUNDS`
@@ -47,10 +47,8 @@ from mhabench.analysis.process_compare import (
     lean,
     two_stage,
 )
-from mhabench.core.config import FRAMEWORKS
-from mhabench.measure.machine_load import LOAD_DIR_ENV
-from mhabench.suite.asv_config import write_config
-from mhabench.suite.rounds import (
+from mhabench.asvproject.asv_config import write_config
+from mhabench.compare.rounds import (
     CONFIRM_ROUNDS,
     SCREEN_ROUNDS,
     process_medians,
@@ -59,6 +57,8 @@ from mhabench.suite.rounds import (
     round_args,
     run_asv,
 )
+from mhabench.core.config import FRAMEWORKS
+from mhabench.measure.machine_load import LOAD_DIR_ENV
 
 __all__ = ["CONFIRM_ROUNDS", "FACTOR", "SCREEN_FACTOR", "SCREEN_ROUNDS", "Change", "Verdict",
            "cell_pattern", "confirm", "gate", "preimport"]
@@ -137,7 +137,7 @@ def rounds(base: str, head: str, benches: Sequence[str], count: int, folder: Pat
     for bench in benches:
         args += ["-b", bench]
     # Each round starts asv's forkserver for a few cells: import up front only the
-    # frameworks the cells name, no compiler (suite/bench/common.py): 3-6 s a start.
+    # frameworks the cells name, no compiler (mhabench/bench/common.py): 3-6 s a start.
     env = {**os.environ, "MHABENCH_PREIMPORT": ",".join(preimport(benches))}
     # The rounds' machine-load records go beside their own config (machine_load's default),
     # never into a history's MHABENCH_LOAD_DIR: they are keyed by commit and cell, so a

@@ -1,6 +1,6 @@
 """Put asv results from elsewhere beside this machine's: another machine's (a GPU run's
 ``results.tar.gz``, or a results folder), so ``mhabench report`` shows the machines side
-by side, and the shards of one grid (``mhabench.suite.shard``), whose cells of one
+by side, and the shards of one grid (``mhabench.cluster.shard``), whose cells of one
 machine, commit and environment are unioned into one results file.
 
 Nothing already there is lost or overwritten: new files are copied; identical files are
@@ -14,7 +14,6 @@ under another machine name with ``as_machine``).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import shutil
@@ -22,10 +21,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from mhabench.analysis.quick_speed import beside_results
+from mhabench.analysis.fast_speed import beside_results
+from mhabench.asvproject.result_files import BENCHMARKS, cell_names, measured, result_rows
 from mhabench.measure.machine_load import FOLDER as LOAD
-
-BENCHMARKS = "benchmarks.json"
 
 
 class MergeError(ValueError):
@@ -65,27 +63,6 @@ PER_CELL = ("result", "samples")
 
 def _is_cell_column(column: str) -> bool:
     return column in PER_CELL or column.startswith("stats_")
-
-
-def result_rows(data: dict) -> dict[str, dict]:
-    """An asv results file's rows: benchmark -> {column: value} (trailing columns asv
-    dropped read as missing)."""
-    columns = data["result_columns"]
-    return {name: dict(zip(columns, values, strict=False))
-            for name, values in data.get("results", {}).items()}
-
-
-def cell_names(name: str, row: dict) -> list[str]:
-    """A row's cells as asv names them (``name(repr, ...)``), in its values' order."""
-    params = row.get("params") or []
-    if not params:
-        return [name]
-    return [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
-
-
-def measured(value: object) -> bool:
-    """A number: neither failed (None) nor n/a (NaN)."""
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def _same_value(a: object, b: object) -> bool:

@@ -31,13 +31,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from mhabench.analysis.quick_speed import beside_results
+from mhabench.analysis.fast_speed import beside_results
+from mhabench.asvproject.cells import CellListError, list_cells
 from mhabench.core.config import DEVICES, DTYPES
-from mhabench.measure import machine
-from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
-from mhabench.suite.bundle import BundleError, prepare_history
-from mhabench.suite.cells import CellListError, list_cells
-from mhabench.suite.device_plan import (
+from mhabench.core.grids import GRIDS
+from mhabench.device.bundle import BundleError, prepare_history
+from mhabench.device.plan import (
     FIRST_PER_RUN_S,
     BenchClass,
     fit_costs,
@@ -45,6 +44,8 @@ from mhabench.suite.device_plan import (
     schedule,
     units,
 )
+from mhabench.measure import machine
+from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
 
 # Classes run in this order (a module's classes keep their order within it); modules
 # not named here come after, alphabetically.
@@ -341,8 +342,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not given or any(v not in allowed for v in given):
             parser.error(f"--{name} {getattr(args, name)!r} is not allowed; give a "
                          f"comma-separated list of {', '.join(allowed)}")
-    if args.grid not in ("tiny", "quick", "full"):
-        parser.error(f"--grid {args.grid!r} is not allowed; choose tiny, quick or full")
+    if args.grid not in GRIDS:
+        parser.error(f"--grid {args.grid!r} is not allowed; choose one of {', '.join(GRIDS)}")
     if args.budget <= 0:
         parser.error(f"--budget {args.budget:g} is not allowed; give positive seconds")
     if args.per_run <= 0:

@@ -18,7 +18,6 @@ environment variables:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shlex
@@ -27,6 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mhabench.asvproject.asv_config import local_digest
 
 SIDES = ("base", "new")
 SIDE_VAR = "MHABENCH_SIDE"
@@ -107,23 +108,6 @@ def check_on_index(side: Side, installed: dict[str, str]) -> None:
             raise SideError(f"side {side.label}: {name} {version} is not on the package "
                             f"index; versions there: {', '.join(versions[:10])}"
                             + (" ..." if len(versions) > 10 else ""))
-
-
-def local_digest(paths: tuple[Path, ...]) -> str:
-    """A short digest of the local packages' files (a folder's tracked-looking files: no
-    build output, caches or VCS data)."""
-    h = hashlib.sha256()
-    skip = {".git", "build", "dist", "__pycache__", ".eggs"}
-    for path in paths:
-        files = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.is_file()
-            and not any(part in skip or part.endswith(".egg-info")
-                        for part in p.relative_to(path).parts)
-            and not p.name.endswith(".pyc"))
-        for f in files:
-            h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:10]
 
 
 def side_include(conf: dict[str, Any], side: Side) -> dict[str, Any]:

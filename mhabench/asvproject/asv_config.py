@@ -1,9 +1,11 @@
 """The project's asv.conf.json, copied with results and HTML in a folder of their own:
 what the gate's stages and each shard run under, so the configured results are never
-written by them."""
+written by them; and the digest of local packages that an environment's name carries
+(a versions side's packages, a user's pinned mhabench wheel)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -27,3 +29,20 @@ def write_config(root: Path, out: Path, exist_ok: bool = False,
     path = out / "asv.conf.json"
     path.write_text(json.dumps(conf, indent=1) + "\n")
     return path
+
+
+def local_digest(paths: tuple[Path, ...]) -> str:
+    """A short digest of the local packages' files (a folder's tracked-looking files: no
+    build output, caches or VCS data)."""
+    h = hashlib.sha256()
+    skip = {".git", "build", "dist", "__pycache__", ".eggs"}
+    for path in paths:
+        files = [path] if path.is_file() else sorted(
+            p for p in path.rglob("*") if p.is_file()
+            and not any(part in skip or part.endswith(".egg-info")
+                        for part in p.relative_to(path).parts)
+            and not p.name.endswith(".pyc"))
+        for f in files:
+            h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:10]

@@ -1,11 +1,11 @@
 """The grid as shards of near-equal predicted time, each run by asv on a host of its own
-(``mhabench.suite.shard_run``) and merged back into one history (``mhabench.suite.merge``).
+(``mhabench.cluster.shard_run``) and merged back into one history (``mhabench.cluster.merge``).
 
 asv has no distributed runner and no command that merges shards (asv issue #1362), so the
 conventional fan-out / fan-in: a plan file lists every asv cell of the grid split into N
 shards; ``shard_run.run_shard`` runs one shard's cells with asv (``-b`` selects them by
 name) into a results folder of its own, restartably; a scheduler
-(``mhabench.suite.fanout``) starts one shard per node or GPU.
+(``mhabench.cluster.fanout``) starts one shard per node or GPU.
 
 **Timing validity.** Shards that share cores or a memory bus disturb each other's clocks:
 run one shard per node (CPU grids), per GPU (``CUDA_VISIBLE_DEVICES``), or per socket with
@@ -26,14 +26,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mhabench.suite.cells import Cell, list_cells
-from mhabench.suite.merge import result_rows
+from mhabench.asvproject.cells import Cell, list_cells
+from mhabench.asvproject.result_files import result_rows
+from mhabench.core.grids import GRIDS, cell_fields
 
 PLAN_VERSION = 1
-GRIDS = ("tiny", "quick", "full")
 # One asv process of a cell beyond its samples: fork, build, compile and warm the step,
-# settle the heap (measured: the tiny grid's 1,021 processes took 1.1 s each here, the
-# quick grid's about 3 s). A previous run's recorded durations replace the guess.
+# settle the heap. A guess: a previous run's recorded durations replace it.
 PROCESS_S = {"cpu": 2.0, "cuda": 4.0}
 # Where no calibration is stored: a 2-core VM's float32 matmul, an H200's.
 DEFAULT_GFLOPS = {"cpu": 20.0, "cuda": 50_000.0}
@@ -105,7 +104,7 @@ def _config(cell: Cell) -> Any:
     classes)."""
     from mhabench.core.config import AttentionConfig
 
-    fields = {k: v for k, v in cell.params.items() if k != "threads"}
+    fields = {k: v for k, v in cell_fields(cell.params).items() if k != "threads"}
     try:
         return AttentionConfig.from_dict(fields)
     except (TypeError, ValueError):

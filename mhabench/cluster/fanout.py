@@ -14,8 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from mhabench.suite.asv_config import write_config
-from mhabench.suite.shard import Plan, ShardError, shard_folder
+from mhabench.asvproject.asv_config import write_config
+from mhabench.cluster.shard import Plan, ShardError, shard_folder
 
 
 def _cli(python: str) -> str:

@@ -3,8 +3,8 @@ asv starts (the grid's ``skip_params`` left out), named as asv names it.
 
 The benchmark modules read the grid from the environment when they are imported, so the
 listing runs in a fresh interpreter with that environment (``list_cells``). The GPU run
-(``mhabench.suite.devicerun``) counts these per class; the shard plan
-(``mhabench.suite.shard``) predicts each one's time.
+(``mhabench.device.run``) counts these per class; the shard plan
+(``mhabench.cluster.shard``) predicts each one's time.
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ def cell_rows() -> list[dict[str, Any]]:
             cells = list(itertools.product(*cls.params))
             repeat = getattr(cls, "repeat", 0)
             for method in sorted(dir(cls), key=lambda m: (not m.startswith("time_"), m)):
-                # hasattr: a mixin's method a class runs on no cell is absent there
-                # (mhabench.suite.bench.methods), though dir() still names it.
-                if not method.startswith(KINDS) or not hasattr(cls, method):
+                if not method.startswith(KINDS):
                     continue
                 skip = getattr(getattr(cls, method), "skip_params", None)
                 skip = set(getattr(cls, "skip_params", []) if skip is None else skip)
@@ -62,7 +60,7 @@ def cell_rows() -> list[dict[str, Any]]:
 
 _LIST = """
 import json
-from mhabench.suite.cells import cell_rows
+from mhabench.asvproject.cells import cell_rows
 print(json.dumps(cell_rows(), default=str))
 """
 
@@ -106,8 +104,8 @@ def list_cells(python: str, env: dict[str, str], repo: Path) -> list[Cell]:
     if env.get("ASV_PYTHONPATH"):  # as asv's benchmark processes see it (plug-ins)
         env = {**env, "PYTHONPATH": os.pathsep.join(
             p for p in (env["ASV_PYTHONPATH"], env.get("PYTHONPATH", "")) if p)}
-    # Listing imports no framework up front (mhabench.suite.bench.common): the cells are the same
-    # and the listing takes 5 s instead of 13 here.
+    # Listing imports no framework up front (mhabench.bench.common): the cells are the same,
+    # and the frameworks' import is most of the listing's time.
     env = {**env, "MHABENCH_PREIMPORT": "none"}
     done = subprocess.run([python, "-c", _LIST], cwd=repo, env=env, text=True,
                           capture_output=True, timeout=600)

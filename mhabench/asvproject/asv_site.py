@@ -8,7 +8,7 @@ runs ``npm ci``), into ``<html_dir>/vendor/`` and points the tags at them. The m
 it after every ``asv publish`` (which recreates the folder); ``tests/test_browser.py`` runs
 the same function and opens the site with the network off.
 
-    python -m mhabench.suite.asv_site .asv/html [--node-modules DIR]
+    python -m mhabench.asvproject.asv_site .asv/html [--node-modules DIR]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parents[2]  # the project: mhabench/suite/asv_site.py
+ROOT = Path(__file__).resolve().parents[2]  # the project: mhabench/asvproject/asv_site.py
 NODE_MODULES = ROOT / "node_modules"
 VENDOR = "vendor"
 
@@ -139,7 +139,7 @@ def vendor_site(html_dir: str | Path, node_modules: str | Path = NODE_MODULES) -
         # offline again: say which, rather than publish a page that redirects to error.html.
         if remote := _remote(text):
             raise SiteError(f"{page} loads {remote[0]} from the network and "
-                            "mhabench.suite.asv_site has no local copy of it")
+                            "mhabench.asvproject.asv_site has no local copy of it")
     for (package, name), data in content.items():
         target = html_dir / VENDOR / package / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +151,7 @@ def vendor_site(html_dir: str | Path, node_modules: str | Path = NODE_MODULES) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mhabench.suite.asv_site",
+    parser = argparse.ArgumentParser(prog="python -m mhabench.asvproject.asv_site",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("html_dir", help="the folder `asv publish` wrote (html_dir)")
     parser.add_argument("--node-modules", default=str(NODE_MODULES),
@@ -160,9 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         replaced = vendor_site(args.html_dir, args.node_modules)
     except (SiteError, OSError) as err:
-        print(f"mhabench.suite.asv_site: error: {err}", file=sys.stderr)
+        print(f"mhabench.asvproject.asv_site: error: {err}", file=sys.stderr)
         return 2
-    print(f"mhabench.suite.asv_site: {len(replaced)} CDN addresses now served from "
+    print(f"mhabench.asvproject.asv_site: {len(replaced)} CDN addresses now served from "
           f"{Path(args.html_dir) / VENDOR}")
     return 0
 

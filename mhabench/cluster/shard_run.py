@@ -1,4 +1,4 @@
-"""One shard of a plan (``mhabench.suite.shard``) run by asv on this host, and what its
+"""One shard of a plan (``mhabench.cluster.shard``) run by asv on this host, and what its
 results hold.
 
 asv writes every cell of a benchmark it ran, and records the cells ``-b`` did not select
@@ -18,9 +18,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mhabench.suite.asv_config import write_config
-from mhabench.suite.merge import BENCHMARKS, MergeError, cell_names, measured, result_rows
-from mhabench.suite.shard import (
+from mhabench.asvproject.asv_config import write_config
+from mhabench.asvproject.result_files import BENCHMARKS, cell_names, measured, result_rows
+from mhabench.cluster.merge import MergeError
+from mhabench.cluster.shard import (
     CHUNK_CELLS,
     Plan,
     ShardError,

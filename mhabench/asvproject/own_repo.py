@@ -1,6 +1,7 @@
 """A user's own repository as an asv project: ``mhabench init`` writes its ``asv.conf.json``
-and a benchmark module that reuses mhabench's classes (``mhabench.suite.bench``), narrowed
-to the backends the user's package registers and a few built-in baselines.
+and a benchmark module of small subclasses of mhabench's classes (``mhabench.bench``),
+their framework and backend axes narrowed to the backends the user's package registers
+and a few built-in baselines.
 
 asv then builds and installs each commit of the user's package, as it does mhabench's own,
 into an environment that holds the frameworks at the versions of the environment ``init``
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from mhabench.asvproject.asv_config import local_digest
 from mhabench.core import backends
 from mhabench.core.config import FRAMEWORKS
-from mhabench.suite.shard import GRIDS
-from mhabench.suite.sides import local_digest
+from mhabench.core.grids import GRIDS
 
 CONFIG = "asv.conf.json"
 MODULE = Path("benchmarks") / "bench_mhabench.py"
@@ -37,7 +38,7 @@ DEFAULT_BASELINES = ("fused",)
 PIN_VAR = "MHABENCH_PIN"
 # Which packages pin a framework in the environment (numpy: mhabench's own dependency).
 FRAMEWORK_PACKAGES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
-# The question modules of mhabench.suite.bench and their classes the user's suite reuses.
+# The question modules of mhabench.bench and their classes the user's suite reuses.
 REUSED = (("heads", "HeadsAtFixedWidth"), ("gqa", "MhaGqaMqa"), ("train", "ForwardVsTrain"),
           ("decode", "KVCacheDecode"))
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -287,7 +288,7 @@ def render_config(project: Project, pins: dict[str, str], source: Source) -> str
 MODULE_TEXT = '''"""mhabench's attention benchmarks of {mine} beside the baseline(s) {baselines}.
 
 Written by `mhabench init` with {source}. The classes are
-mhabench's own (mhabench.suite.bench), narrowed to the frameworks and backends below; asv
+mhabench's own (mhabench.bench), narrowed to the frameworks and backends below; asv
 times them at each commit of this package with the mhabench that asv.conf.json pins. Edit
 the lists to time other backends: each cell keeps its name, and new cells start histories
 of their own.
@@ -298,14 +299,17 @@ import os
 # The grid (mhabench init --grid: tiny, quick or full); MHABENCH_GRID overrides it.
 os.environ.setdefault("MHABENCH_GRID", {grid})
 
-from mhabench.suite.bench import {modules}  # noqa: E402
-from mhabench.suite.bench.reuse import export  # noqa: E402
+from mhabench.bench import {modules}  # noqa: E402
+from mhabench.bench.cells import narrow  # noqa: E402
 
 FRAMEWORKS = {frameworks}
 BACKENDS = {backends}  # yours, then the built-in baselines
-NARROW = {{"frameworks": FRAMEWORKS, "backends": BACKENDS}}
+{classes}'''
 
-{classes}
+CLASS_TEXT = '''
+
+class {cls}({module}.{cls}):
+    params = narrow({module}.{cls}, frameworks=FRAMEWORKS, backends=BACKENDS)
 '''
 
 
@@ -313,8 +317,7 @@ def render_module(mine: Sequence[backends.Backend], baselines: Sequence[str], gr
                   source: Source) -> str:
     frameworks = [fw for fw in FRAMEWORKS if any(b.framework == fw for b in mine)]
     names = list(dict.fromkeys(b.name for b in mine))
-    classes = "\n".join(f"{cls} = export({module}.{cls}, __name__, **NARROW)"
-                        for module, cls in REUSED)
+    classes = "".join(CLASS_TEXT.format(module=module, cls=cls) for module, cls in REUSED)
     return MODULE_TEXT.format(
         mine=", ".join(f"{b.name} ({b.framework})" for b in mine),
         baselines=", ".join(f"{fw} {b}" for fw in frameworks for b in baselines),
