@@ -12,15 +12,10 @@ backends from here only, so a registered backend runs everywhere a built-in one 
 Two ways to add one:
 
 - :func:`register_attention`: a function on projected heads,
-  ``attend(q, k, v, valid_lens) -> out`` with ``q`` (b, h, n, p), ``k`` and ``v``
-  (b, h_kv, m, p) and ``out`` (b, h, n, p); ``valid_lens`` is None, (b,) or (b, n) (keys
-  at or past the length are masked). mhabench's batched layer runs around it (the
-  projections, the KV cache of a decode step, the output projection and the shared
-  weights), so the function gets forward, train and decode steps for free. A function
-  that takes a ``causal`` keyword (True: query i of n sits at key position m - n + i)
-  gets the no-cache ``prefix`` mode too; one that takes a ``scale`` keyword (the factor
-  on the scores, passed only where a config sets one other than 1/sqrt(p)) gets the
-  cells with such a scale (Gemma's shapes) too.
+  ``attend(q, k, v, valid_lens) -> out`` (q (b, h, n, p), k and v (b, h_kv, m, p));
+  mhabench's batched layer runs around it, so it gets forward, train and decode steps.
+  A ``causal`` keyword earns the ``prefix`` mode, a ``scale`` keyword the cells with a
+  softmax scale other than 1/sqrt(p) (docs/backends.md).
 - :func:`register` of a :class:`Backend` whose ``build(config, weights)`` returns a whole
   layer called as ``layer(queries, keys, values, valid_lens) -> (b, n, d)``, as the
   frameworks' own layers (``reference``) are.

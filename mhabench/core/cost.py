@@ -17,17 +17,7 @@ published models (hp != d, or h_kv < h). ``flops_model`` is that count (projecti
 scores + mixing); the elementwise term is reported beside it because it is what the
 chapter's count leaves out.
 
-Each mode counts the step it runs (see ``mhabench.core.config.MODES``), through three lengths:
-query rows, key positions attended, and key/value rows projected in the step:
-
-=======================  ==========  ==========  ============
-mode                     queries     keys        K/V projected
-=======================  ==========  ==========  ============
-forward, train           n           m           m
-decode (self, KV cache)  1           m + 1       1 (written into the cache)
-decode, cross=True       n           m           0 (source K/V cached)
-prefix (no cache)        m + 1       m + 1       m + 1 (full map, causal mask)
-=======================  ==========  ==========  ============
+Each mode counts the step it runs through three lengths (:func:`step_lengths`).
 
 A decode step reads ``kv_cache_bytes_read`` of cached keys/values (whole batch).
 """
@@ -121,7 +111,17 @@ def decoder_step_flops(d: int, m: int, heads: int = 1, kv_heads: int | None = No
 
 def step_lengths(config: AttentionConfig) -> tuple[int, int, int]:
     """(query rows, key positions attended, key/value rows projected) per sequence in one
-    step of ``config`` (the table in the module docstring)."""
+    step of ``config`` (``mhabench.core.config.MODES``):
+
+    =======================  ==========  ==========  ============
+    mode                     queries     keys        K/V projected
+    =======================  ==========  ==========  ============
+    forward, train           n           m           m
+    decode (self, KV cache)  1           m + 1       1 (written into the cache)
+    decode, cross=True       n           m           0 (source K/V cached)
+    prefix (no cache)        m + 1       m + 1       m + 1 (full map, causal mask)
+    =======================  ==========  ==========  ============
+    """
     n, m = config.n, config.m
     if config.mode == "decode":
         return (n, m, 0) if config.cross else (1, m + 1, 1)

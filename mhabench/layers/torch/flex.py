@@ -14,17 +14,11 @@ sidesteps an inductor CPU bug: the C++ flex template reads each input's buffer a
 q, k, v that are views of a projection's 2-D matmul inside the same graph fail to lower.
 
 - Grouped key/value heads go in as they are, through ``enable_gqa=True`` (no repeat).
-- ``valid_lens`` ((b,) or (b, n)) and ``causal`` (query i of n at key position m - n + i)
-  become one ``mask_mod``: query ``q`` of row ``b`` sees the keys below
-  :func:`key_limit`. ``create_block_mask`` builds the block mask inside the compiled
-  function, on every call: the lengths are an input of the step, and a real model gets
-  new lengths with each batch (it would build the mask once per batch and reuse it
-  across its layers; one layer per step makes that once per call). Not cached.
-- A row with no valid key: mhabench's reference fills masked scores with -1e6, not -inf,
-  so that row is the uniform average of all m values; flex gives 0. The kernel keeps the
-  plain mask (fully masked blocks stay skipped) and such rows are replaced by the mean of
-  the values afterwards: exact, O(b h n p) extra against the kernel's O(b h n m p).
-  (``mhabench.core.inputs`` draws lengths >= 1, so the timed cells never have such rows.)
+- ``valid_lens`` and ``causal`` become one ``mask_mod`` (:func:`key_limit`); the block
+  mask is built inside the compiled function on every call, as a model with new lengths
+  per batch builds it (not cached).
+- A row with no valid key is the mean of the values, as mhabench's reference gives it
+  (its masked scores are -1e6, not -inf; flex would give 0): replaced after the kernel.
 
 On CPU, inductor lowers ``flex_attention`` to its C++ flex template, which walks q and kv
 tiles with an online softmax: the (b, h, n, m) map is never written
