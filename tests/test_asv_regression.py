@@ -144,48 +144,70 @@ REPEAT_CELLS = (r"^bench_heads\.HeadsAtFixedWidth\.time_step\('torch', "
                 r"'(fused|batched|reference|loop)', 2, 512, 256, (8|64), ")
 FOUR_CELLS = (r"^bench_heads\.HeadsAtFixedWidth\.time_step\('torch', '(fused|batched)', "
               r"2, 512, 256, (8|64), ")
+# The rounds cases: the head sweep's cells and the GQA/MQA cells of torch batched and fused
+# (b2 n512 d256 h16, kv 16/4/1), which can land in a fast mode, timed together.
+GQA_CELLS = (r"^bench_gqa\.MhaGqaMqa\.time_step\('torch', '(batched|fused)', 2, 512, 256, "
+             r"16, (16|4|1), ")
 MIXED = {("torch", "fused"): 0.10, ("torch", "batched"): 0.25}
+FUSED = {("torch", "fused"): 0.10}
+ROUNDS = 20  # a rounds case: the gate's screen (8) and confirmation (12) in one run
 
 
 def main(repeats: int, keep: Path, only: list[str]) -> None:
-    """Repeat the gate's cases (or those named in ``only``) and print one JSON line per
-    run: its verdict lines, exit status and seconds; every run's folder stays in ``keep``
-    for ``scripts/gate_design.py --runs`` to read back. Cases: "identical" (two commits
+    """Repeat the cases (or those named in ``only``) and print one JSON line per run: its
+    verdict lines, exit status and seconds; every run's folder stays in ``keep`` for
+    ``scripts/gate_design.py --log`` to read back. Gate cases: "identical" (two commits
     of the same code, the eight head-sweep cells), "mixed" (fused 1.10x and batched 1.25x
     slower, the same cells) and "four" (the mixed commit on fused and batched alone: the
-    gate's time for four cells)."""
+    gate's time for four cells). Rounds cases (20 interleaved rounds of every cell, no
+    verdict: replays split them into a screen and a confirmation): "rounds-identical" and
+    "rounds-fused" (torch fused 1.10x slower), on the head sweep and the GQA cells."""
     import time
+
 
     keep.mkdir(parents=True, exist_ok=True)
     home = keep / "home"
     home.mkdir(exist_ok=True)
     env = {"HOME": str(home), "MHABENCH_THREADS": "1"}
     subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"],
-                   env={**os.environ, **env}, check=True, capture_output=True)
+                   env={**os.environ, **env}, check=True, capture_output=True, cwd=ROOT)
     scratch_dir = keep / f"scratch-{time.strftime('%Y%m%dT%H%M%S')}"
     scratch_dir.mkdir()
     scratch = make_scratch(scratch_dir, env)
     git(scratch.repo, "checkout", "-q", scratch.same)
     mixed = plant(scratch.repo, MIXED, None, "fused 1.10x, batched 1.25x slower")
-    cases = {"identical": (scratch.base, scratch.same, REPEAT_CELLS),
-             "mixed": (scratch.same, mixed, REPEAT_CELLS),
-             "four": (scratch.same, mixed, FOUR_CELLS)}
+    git(scratch.repo, "checkout", "-q", scratch.same)
+    fused = plant(scratch.repo, FUSED, None, "torch fused 1.10x slower")
+    cases = {"identical": (scratch.base, scratch.same, REPEAT_CELLS, {}),
+             "mixed": (scratch.same, mixed, REPEAT_CELLS, MIXED),
+             "four": (scratch.same, mixed, FOUR_CELLS, MIXED),
+             "rounds-identical": (scratch.base, scratch.same, None, {}),
+             "rounds-fused": (scratch.same, fused, None, FUSED)}
     for repeat in range(repeats):
-        for case, (a, b, cells) in cases.items():
-            if only and case not in only:
+        for case, (a, b, cells, planted) in cases.items():
+            if (only and case not in only) or (not only and case.startswith("rounds")):
                 continue
             start = time.monotonic()
-            run = scratch.gate(a, b, cells)
-            assert run.code in (0, 1), (run.out + run.err)[-3000:]
-            print(json.dumps({"case": case, "run": repeat, "exit": run.code,
-                              "seconds": round(time.monotonic() - start),
-                              "folder": str(run.folder), "base": a, "head": b,
-                              "planted": {"/".join(k): 1 + v for k, v in MIXED.items()}
-                              if case != "identical" else {},
-                              "lines": [line for line in run.out.splitlines()
-                                        if line.split(" ")[0] in ("SLOWER", "faster",
-                                                                  "cleared", "FAILED")]}),
-                  flush=True)
+            line = {"case": case, "run": repeat, "base": a, "head": b,
+                    "planted": {"/".join(k): 1 + v for k, v in planted.items()}}
+            if cells is None:  # a rounds case: the gate's own rounds, in the scratch clone
+                folder = keep / f"{case}-{repeat}-{time.strftime('%H%M%S')}"
+                code = ("from pathlib import Path; from mhabench.compare.rounds import "
+                        f"commit_rounds; commit_rounds([{a!r}, {b!r}], "
+                        f"{[REPEAT_CELLS, GQA_CELLS]!r}, {ROUNDS}, Path({str(folder)!r}), "
+                        "asv_args=['--machine', 'pytest-machine'], echo=lambda s: None)")
+                done = subprocess.run([sys.executable, "-c", code], cwd=scratch.repo,
+                                      env=scratch.env, capture_output=True, text=True)
+                assert done.returncode == 0, done.stderr[-3000:]
+                line.update(folder=str(folder), exit=0)
+            else:
+                run = scratch.gate(a, b, cells)
+                assert run.code in (0, 1), (run.out + run.err)[-3000:]
+                line.update(folder=str(run.folder), exit=run.code, lines=[
+                    x for x in run.out.splitlines()
+                    if x.split(" ")[0] in ("SLOWER", "faster", "cleared", "FAILED", "modes")])
+            line["seconds"] = round(time.monotonic() - start)
+            print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

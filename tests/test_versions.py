@@ -19,12 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from support.plugin_package import NAME, write_release
 from support.scratch import asv_env, scratch_clone
 
-from mhabench.analysis.process_compare import compare, lean, verdict
 from mhabench.analysis.versions import VERDICTS
 from mhabench.compare.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include
 
@@ -67,34 +65,6 @@ def test_a_side_is_pins_and_local_packages(tmp_path: Path) -> None:
 def test_a_side_that_cannot_be_read_names_the_item(text: str, message: str) -> None:
     with pytest.raises(SideError, match=re.escape(message)):
         parse_side("base", text)
-
-
-# -- the statistics ------------------------------------------------------------------------
-def test_the_slow_mode_is_set_apart_and_the_interval_is_over_processes() -> None:
-    """A third of processes 1.5x slow, more of them on one side by chance: the fast
-    processes compare the same (1.00x, interval across 1); taking every process, as a plain
-    median of processes does, reads a change that is the machine's."""
-    fast = [1.00, 1.01, 0.99, 1.02, 1.00, 0.98]
-    base = fast + [1.5]
-    new = fast[:3] + [1.5, 1.52, 1.49, 1.51]
-    result = compare(base, new)
-    assert 0.98 < result.ratio < 1.02 and result.low < 1 < result.high
-    assert verdict(result, 1.05) == "unchanged"
-    plain = np.median(new) / np.median(base)
-    assert plain > 1.05  # the slow mode counted: what FAST_MARGIN prevents
-    assert compare(base, new, margin=10.0).ratio > 1.05  # switched off: a false change
-
-
-def test_a_real_change_clears_one_and_the_factor() -> None:
-    rng = np.random.default_rng(3)
-    base = list(1 + 0.03 * rng.standard_normal(8))
-    new = list(1.2 + 0.03 * rng.standard_normal(8))
-    result = compare(base, new)
-    assert result.low > 1.1 and verdict(result, 1.05) == "slower" and lean(result, 1.05) == "+"
-    assert verdict(compare(new, base), 1.05) == "faster"
-    with pytest.raises(ValueError, match="two timed processes"):
-        compare([1.0], new)
-
 
 # -- bad input, before anything runs -------------------------------------------------------
 def _versions(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,

@@ -42,9 +42,12 @@ def run(args: argparse.Namespace) -> int:
     for change in verdict.confirmed:
         word = "SLOWER" if change.mark == "+" else "faster"
         print(f"{word:<7} {change.ratio:>6.2f}x  {change.cell}  "
-              f"[{change.low:.2f}, {change.high:.2f}]")
+              f"[{change.low:.2f}, {change.high:.2f}]" + (f"; {change.modes}" if change.modes
+                                                         else ""))
     confirmed = {c.cell for c in verdict.confirmed}
     for change in verdict.screened:
         if change.cell not in confirmed:  # passed on by the screen only
             print(f"{'cleared':<7} {'-':>7}  {change.cell}  (screen {change.ratio:.2f}x)")
+    for change in verdict.mixed:  # the level held; the processes' mix of modes moved
+        print(f"{'modes':<7} {change.ratio:>6.2f}x  {change.cell}  {change.modes}")
     return 1 if verdict.regressions else 0

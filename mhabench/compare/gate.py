@@ -31,9 +31,6 @@ results are only ever added to.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,18 +44,14 @@ from mhabench.analysis.process_compare import (
     lean,
     two_stage,
 )
-from mhabench.asvproject.asv_config import write_config
 from mhabench.compare.rounds import (
     CONFIRM_ROUNDS,
     SCREEN_ROUNDS,
-    process_medians,
-    read_cells,
-    result_files,
-    round_args,
-    run_asv,
+    cell_pattern,
+    commit_rounds,
+    preimport,
+    resolve,
 )
-from mhabench.core.config import FRAMEWORKS
-from mhabench.measure.machine_load import LOAD_DIR_ENV
 
 __all__ = ["CONFIRM_ROUNDS", "FACTOR", "SCREEN_FACTOR", "SCREEN_ROUNDS", "Change", "Verdict",
            "cell_pattern", "confirm", "gate", "preimport"]
@@ -70,16 +63,18 @@ class Change:
     """One cell's comparison of the two commits."""
 
     # "+": slower, "-": faster (the screen's lean, or the confirmed way); "!": ran on the
-    # base commit and fails on the head
+    # base commit and fails on the head; "~": its processes mix the cell's modes differently
     mark: str
     cell: str  # benchmark name with its parameters, as asv prints it
-    ratio: float | None  # head / base, of the fast processes' medians
+    ratio: float | None  # head / base: the factor that lines up the two sides' levels
     low: float | None = None  # the ratio's 95 % interval (bootstrap over processes)
     high: float | None = None
+    modes: str = ""  # the cell's modes and their shares, where it has two or more
 
     @staticmethod
     def of(cell: str, mark: str, result: Comparison) -> Change:
-        return Change(mark, cell, result.ratio, result.low, result.high)
+        return Change(mark, cell, result.ratio, result.low, result.high,
+                      result.describe_modes() if len(result.modes) > 1 else "")
 
 
 @dataclass
@@ -88,6 +83,8 @@ class Verdict:
     # changed in the fresh rounds, the way the screen leaned
     confirmed: list[Change] = field(default_factory=list)
     failed: list[Change] = field(default_factory=list)  # ran before, fails after
+    # the level unchanged, the processes' mix of its modes shifted (information, no verdict)
+    mixed: list[Change] = field(default_factory=list)
     folder: Path | None = None
 
     @property
@@ -108,69 +105,16 @@ class Evidence:
         return compare(self.base, self.head)
 
 
-def cell_pattern(cell: str) -> str:
-    """An ``asv -b`` regex that selects exactly ``cell`` ("name(params)")."""
-    return "^" + re.escape(cell) + "$"
-
-
-def resolve(root: Path, name: str) -> str:
-    """The full hash of commit ``name`` in ``root``'s git repository (raises ValueError
-    naming it when git knows no such commit)."""
-    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet",
-                           f"{name}^{{commit}}"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise ValueError(f"{name!r} names no commit of {str(root)!r}; give a branch, tag or "
-                         "hash (e.g. main, HEAD~1)")
-    return done.stdout.strip()
-
-
 def rounds(base: str, head: str, benches: Sequence[str], count: int, folder: Path, *,
            asv_args: Sequence[str] = (), root: Path = Path("."),
            echo: Callable[[str], None] = print) -> dict[str, Evidence]:
     """``count`` interleaved rounds of both commits (full hashes) on ``benches`` (asv -b
     regexes; all when empty), asv's config and results in ``folder`` (new); each cell's
     process medians per commit, keyed by cell (and environment, where there are several)."""
-    config = write_config(root, folder)
-    hashes = folder / "commits.txt"
-    hashes.write_text(f"{base}\n{head}\n")
-    args = [*round_args(count), *asv_args]
-    for bench in benches:
-        args += ["-b", bench]
-    # Each round starts asv's forkserver for a few cells: import up front only the
-    # frameworks the cells name, no compiler (mhabench/bench/common.py): 3-6 s a start.
-    env = {**os.environ, "MHABENCH_PREIMPORT": ",".join(preimport(benches))}
-    # The rounds' machine-load records go beside their own config (machine_load's default),
-    # never into a history's MHABENCH_LOAD_DIR: they are keyed by commit and cell, so a
-    # confirmation's processes there would recast that cell's load in the history.
-    env.pop(LOAD_DIR_ENV, None)
-    code, log = run_asv(config, [*args, f"HASHFILE:{hashes}"], env, root, echo)
-    results = folder / "results"
-    files = {side: result_files(results, commit) for side, commit in
-             (("base", base), ("head", head))}
-    if not files["base"] or not files["head"]:
-        raise RuntimeError(f"asv run saved no results for both commits (exit status "
-                           f"{code}): {log.strip()[-1500:]}")
-    out: dict[str, Evidence] = {}
-    several = len(files["base"]) > 1
-    for env_name, path in files["base"].items():
-        before, after = read_cells(path), read_cells(files["head"].get(env_name))
-        for cell, samples in before.items():
-            if cell not in after:
-                continue  # not timed at the head (removed, or skipped there)
-            key = f"{cell} [{env_name}]" if several else cell
-            out[key] = Evidence(None if samples is None else process_medians(samples),
-                                None if after[cell] is None else process_medians(after[cell]))
-    return out
-
-
-def preimport(benches: Sequence[str]) -> list[str]:
-    """The frameworks a round of ``benches`` (asv -b regexes) needs imported up front: the
-    ones they name as a cell's first parameter (``('torch', ...``), both where one of them
-    names neither (or none is given)."""
-    named = [{f for f in FRAMEWORKS if f"'{f}'" in bench} for bench in benches]
-    if not named or any(not found for found in named):
-        return list(FRAMEWORKS)
-    return sorted(set().union(*named), key=FRAMEWORKS.index)
+    timed = commit_rounds([base, head], benches, count, folder, asv_args=asv_args,
+                          root=root, echo=echo)
+    return {cell: Evidence(by[base], by[head]) for cell, by in timed.items()
+            if base in by and head in by}
 
 
 def gate(base: str, head: str, benches: Sequence[str] = (), *,
@@ -198,6 +142,8 @@ def gate(base: str, head: str, benches: Sequence[str] = (), *,
         if result is not None and lean(result):
             screens[cell] = result
             verdict.screened.append(Change.of(cell, lean(result), result))
+        elif result is not None and result.mix_shifted:
+            verdict.mixed.append(Change.of(cell, "~", result))
     if not screens:
         return verdict
     confirmed = confirm(base, head, list(screens), folder / "confirm", asv_args=asv_args,
@@ -207,6 +153,8 @@ def gate(base: str, head: str, benches: Sequence[str] = (), *,
         if said != "cleared":
             verdict.confirmed.append(Change.of(cell, "+" if said == "slower" else "-",
                                                confirmed[cell]))
+        elif cell in confirmed and confirmed[cell].mix_shifted:
+            verdict.mixed.append(Change.of(cell, "~", confirmed[cell]))
     return verdict
 
 

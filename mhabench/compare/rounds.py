@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from mhabench.core.config import FRAMEWORKS
 
 SCREEN_ROUNDS = 8  # processes a side for every cell
 CONFIRM_ROUNDS = 12  # fresh processes a side for each cell the screen passes on
@@ -83,3 +87,99 @@ def process_medians(samples: Sequence[float]) -> list[float]:
     process is left out)."""
     return [statistics.median(samples[start:start + SAMPLES])
             for start in range(0, len(samples) - SAMPLES + 1, SAMPLES)]
+
+
+def cell_pattern(cell: str) -> str:
+    """An ``asv -b`` regex that selects exactly ``cell`` ("name(params)")."""
+    return "^" + re.escape(cell) + "$"
+
+
+def resolve(root: Path, name: str) -> str:
+    """The full hash of commit ``name`` in ``root``'s git repository (raises ValueError
+    naming it when git knows no such commit)."""
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet",
+                           f"{name}^{{commit}}"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"{name!r} names no commit of {str(root)!r}; give a branch, tag or "
+                         "hash (e.g. main, HEAD~1)")
+    return done.stdout.strip()
+
+
+def preimport(benches: Sequence[str]) -> list[str]:
+    """The frameworks a round of ``benches`` (asv -b regexes) needs imported up front: the
+    ones they name as a cell's first parameter (``('torch', ...``), both where one of them
+    names neither (or none is given)."""
+    named = [{f for f in FRAMEWORKS if f"'{f}'" in bench} for bench in benches]
+    if not named or any(not found for found in named):
+        return list(FRAMEWORKS)
+    return sorted(set().union(*named), key=FRAMEWORKS.index)
+
+
+def _run_commits(commits: Sequence[str], benches: Sequence[str], args: Sequence[str],
+                 folder: Path, env_extra: dict[str, str], asv_args: Sequence[str],
+                 root: Path, echo: Callable[[str], None]) -> dict[str, dict[str, Path]]:
+    """One ``asv run`` of ``commits`` (a hash file) on ``benches`` with ``args``, its config
+    and results in ``folder`` (new); each commit's results files by environment."""
+    from mhabench.asvproject.asv_config import write_config
+    from mhabench.measure.machine_load import LOAD_DIR_ENV
+
+    config = write_config(root, folder)
+    hashes = folder / "commits.txt"
+    hashes.write_text("".join(f"{c}\n" for c in commits))
+    args = [*args, *asv_args]
+    for bench in benches:
+        args += ["-b", bench]
+    # Each round starts asv's forkserver for a few cells: import up front only the
+    # frameworks the cells name, no compiler (mhabench/bench/common.py).
+    env = {**os.environ, "MHABENCH_PREIMPORT": ",".join(preimport(benches)), **env_extra}
+    # The rounds' machine-load records go beside their own config (machine_load's default),
+    # never into a history's MHABENCH_LOAD_DIR: they are keyed by commit and cell, so a
+    # confirmation's processes there would recast that cell's load in the history.
+    env.pop(LOAD_DIR_ENV, None)
+    code, log = run_asv(config, [*args, f"HASHFILE:{hashes}"], env, root, echo)
+    files = {commit: result_files(folder / "results", commit) for commit in commits}
+    if not any(files.values()):
+        raise RuntimeError(f"asv run saved no results (exit status {code}): "
+                           f"{log.strip()[-1500:]}")
+    return files
+
+
+def commit_rounds(commits: Sequence[str], benches: Sequence[str], count: int, folder: Path,
+                  *, asv_args: Sequence[str] = (), root: Path = Path("."),
+                  echo: Callable[[str], None] = print) -> dict[str, dict[str, list[float] | None]]:
+    """``count`` interleaved rounds of ``commits`` (full hashes; asv reverses their order
+    every other round) on ``benches`` (asv -b regexes; all when empty), asv's config and
+    results in ``folder`` (new). Returns each cell's process medians per commit, None at a
+    commit where it failed (or the commit failed to build); a cell not timed at a commit
+    has no entry for it. Cells are keyed by name (and environment, where there are
+    several)."""
+    files = _run_commits(commits, benches, round_args(count), folder, {}, asv_args, root,
+                         echo)
+    envs = sorted({e for by_env in files.values() for e in by_env})
+    out: dict[str, dict[str, list[float] | None]] = {}
+    for commit, by_env in files.items():
+        for env_name, path in by_env.items():
+            for cell, samples in read_cells(path).items():
+                key = f"{cell} [{env_name}]" if len(envs) > 1 else cell
+                out.setdefault(key, {})[commit] = (None if samples is None
+                                                   else process_medians(samples))
+    return out
+
+
+def commit_kernels(commits: Sequence[str], benches: Sequence[str], folder: Path, *,
+                   asv_args: Sequence[str] = (), root: Path = Path("."),
+                   echo: Callable[[str], None] = print) -> dict[str, dict[str, str | None]]:
+    """The kernel each commit ran for the ``track_kernel`` cells of ``benches`` (one
+    process each; recorded whatever the grid, ``MHABENCH_KERNELS=1``): cell -> commit ->
+    kernel name, None where unknown."""
+    from mhabench.core.kernel_codes import KERNEL_NAMES
+
+    files = _run_commits(commits, benches, [], folder, {"MHABENCH_KERNELS": "1"}, asv_args,
+                         root, echo)
+    out: dict[str, dict[str, str | None]] = {}
+    for commit, by_env in files.items():
+        for path in by_env.values():
+            for cell, code in read_cells(path, ("track_",)).items():
+                known = isinstance(code, int | float) and code == code
+                out.setdefault(cell, {})[commit] = KERNEL_NAMES.get(int(code)) if known else None
+    return out

@@ -48,11 +48,12 @@ from mhabench.analysis.process_compare import (
     two_stage,
 )
 from mhabench.analysis.versions import SUMMARY
-from mhabench.compare.gate import cell_pattern, preimport
 from mhabench.compare.rounds import (
     CONFIRM_ROUNDS,
     SAMPLES,
     SCREEN_ROUNDS,
+    cell_pattern,
+    preimport,
     process_medians,
     read_cells,
     result_files,
@@ -326,4 +327,4 @@ class Comparison:
 def _as_comparison(data: dict[str, Any]) -> Any:
     from mhabench.analysis.process_compare import Comparison as Compared
 
-    return Compared(**data)
+    return Compared.from_dict(data)
