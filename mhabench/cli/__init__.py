@@ -1,5 +1,5 @@
 """The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
-profile, gate, versions, init, shard, merge.
+profile, gate, bisect, versions, init, shard, merge.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from mhabench.cli import (
+    bisect,
     check,
     confirm,
     cost,
@@ -32,8 +33,8 @@ from mhabench.cli import (
 from mhabench.cli.common import CLIError, Parser
 
 # --help lists them in this order
-COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, versions,
-            init, shard, merge)
+COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, bisect,
+            versions, init, shard, merge)
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,77 @@
+"""``mhabench bisect GOOD BAD``: which commit between GOOD and BAD changed the selected
+cells? The gate's statistics on the ends, then probes that halve the range, with rounds
+added only where the answer is unclear (:mod:`mhabench.compare.bisect`). Exit status 1
+when a culprit is found, 0 for "no change", 2 for bad input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_command(sub: Any) -> None:
+    p = sub.add_parser("bisect", help="which commit changed a cell? probes between GOOD and "
+                       "BAD with the gate's statistics (exit status 1 when it names one)")
+    p.add_argument("good", help="an older commit, before the change (e.g. v1.0)")
+    p.add_argument("bad", help="a newer commit, after it (e.g. HEAD)")
+    p.add_argument("-b", "--bench", action="append", default=[],
+                   help="asv -b regex of the benchmarks to follow (repeatable; default "
+                        "all), e.g. time_step or '^bench_heads'")
+    p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.set_defaults(func=run)
+
+
+def lines(search: Any) -> list[str]:
+    """The search's answer as the command prints it."""
+    from mhabench.compare.bisect import FIRST_ROUNDS
+
+    commits = search.commits
+    head = (f"mhabench bisect: {len(commits) - 1} commits after {commits[0][:8]} up to "
+            f"{commits[-1][:8]}; {len(search.changed)} cell(s) changed between them; "
+            f"{search.probes} probe(s), {search.rounds} rounds, "
+            f"{search.seconds / 60:.1f} min; results in {search.folder}")
+    out = [head]
+    if not search.changed:
+        out.append(f"no change: no cell differs between {commits[0][:8]} and "
+                   f"{commits[-1][:8]} (screen of {FIRST_ROUNDS} rounds, then fresh rounds "
+                   "for the cells that leaned)")
+    for culprit in search.culprits:
+        ways = {"SLOWER" if c.ratio > 1 else "faster" for c in culprit.cells.values()}
+        word = "/".join(sorted(ways))
+        out.append(f"CULPRIT {culprit.commit[:8]} \"{culprit.subject}\": {word} "
+                   f"{culprit.ratio:.2f}x on {len(culprit.cells)} cell(s), against "
+                   f"{culprit.before[:8]}" + (" (a probe ran out of rounds: check it with "
+                                               "mhabench gate)" if culprit.unclear else ""))
+        if culprit.unconfirmed:
+            out.append(f"  not confirmed by fresh rounds on {len(culprit.unconfirmed)} of "
+                       f"its {len(culprit.cells)} cell(s) (marked -)")
+        if culprit.skipped:
+            out.append(f"  or one of {', '.join(c[:8] for c in culprit.skipped)}, which "
+                       "failed to run (skipped)")
+        for cell, result in sorted(culprit.cells.items()):
+            kernel = culprit.kernels.get(cell)
+            mark = "-" if cell in culprit.unconfirmed else " "
+            out.append(f" {mark}{result.ratio:5.2f}x [{result.low:.2f}, {result.high:.2f}]  "
+                       f"{cell}" + (f"  kernel {kernel[0]} -> {kernel[1]}" if kernel else "")
+                       + (f"; {result.describe_modes()}" if len(result.modes) > 1 else ""))
+    for skipped in sorted(search.skipped, key=commits.index):
+        out.append(f"skipped {skipped[:8]}: failed to build or run")
+    for lost in search.lost:
+        out.append(f"no longer changed when probed: {lost}")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from mhabench.cli.common import CLIError
+    from mhabench.compare.bisect import Bisect
+
+    extra = ["--machine", args.machine] if args.machine else []
+    search_run = Bisect(args.good, args.bad, args.bench, asv_args=extra,
+                        echo=lambda text: print(text, file=sys.stderr, flush=True))
+    try:
+        search = search_run.run()
+    except RuntimeError as err:  # asv failed: its own message, on one line
+        raise CLIError(str(err).replace("\n", " ")) from err
+    print("\n".join(lines(search)))
+    return 1 if search.culprits else 0
