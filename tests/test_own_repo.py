@@ -32,7 +32,7 @@ from support.plugin_package import write_module
 from support.scratch import ASV, ROOT, commit_all, git
 
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
-from mhabench.asvproject.own_repo import InitError, source_from
+from mhabench.asvproject.own_repo import InitError, asv_folder_ignored, source_from
 
 PLUGIN = "mysdpa"
 
@@ -159,6 +159,41 @@ def test_the_pin_names_one_source_and_its_commit(tmp_path: Path) -> None:
     with pytest.raises(InitError, match="a URL names a commit"):
         source_from("mhabench @ https://example.invalid/x.whl")
 
+
+
+# ----- the .gitignore hint -----------------------------------------------------------------
+HINT = "add .asv/ to .gitignore"
+
+
+def hermetic(repo: Path) -> Path:
+    """``repo`` with git's global excludes file turned off: only its .gitignore decides."""
+    git(repo, "config", "core.excludesFile", os.devnull)
+    return repo
+
+
+@pytest.mark.parametrize(("entry", "ignored"), [
+    (".asv", True), (".asv/", True), ("/.asv/", True), ("*.asv", True), (".as*/", True),
+    ("", False), (".asv/results", False), ("asv/", False)])
+@pytest.mark.parametrize("made", [False, True], ids=["before-asv-run", "after-asv-run"])
+def test_git_ignores_the_asv_folder_as_gitignore_says(tmp_path: Path, entry: str,
+                                                      ignored: bool, made: bool) -> None:
+    """Asked before asv made the folder (as init asks) and after: the same answer, from git
+    itself. ``.asv/results`` alone leaves asv's environments in the checkout."""
+    repo = hermetic(plugin_checkout(tmp_path))
+    (repo / ".gitignore").write_text(f"{entry}\n")
+    if made:
+        (repo / ".asv" / "results").mkdir(parents=True)
+    assert asv_folder_ignored(repo) is ignored
+
+
+@pytest.mark.parametrize("entry", ["", ".asv/"])
+def test_init_asks_for_the_gitignore_entry_only_where_it_is_missing(tmp_path: Path,
+                                                                     entry: str) -> None:
+    repo = hermetic(plugin_checkout(tmp_path))
+    (repo / ".gitignore").write_text(f"{entry}\n")
+    done = mhabench(repo, "init", "--grid", "tiny", "--mhabench", str(ROOT))
+    assert done.returncode == 0, done.stderr
+    assert (HINT in done.stdout) is (entry == ""), done.stdout
 
 # ----- the report's finding ------------------------------------------------------------------
 def test_the_report_names_the_plugin_against_its_baseline(tmp_path: Path) -> None:

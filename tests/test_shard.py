@@ -1,7 +1,8 @@
-"""The grid as shards: the plan (every cell once, balanced, deterministic), the shard merge
-(cells unioned, conflicts and incomplete shards refused before anything is written), the
-scheduler files, and the whole fan-out / fan-in on a real single-node Slurm cluster
-(tests/support/slurm_cluster.py) against the shared unsharded tiny asv run."""
+"""The grid as shards: the plan (every cell once, balanced, deterministic; the full grid's
+count as the README gives it), the shard merge (cells unioned, conflicts and incomplete
+shards refused before anything is written), the scheduler files, and the whole fan-out /
+fan-in on a real single-node Slurm cluster (tests/support/slurm_cluster.py) against the
+shared unsharded tiny asv run."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from support import slurm_cluster
 from mhabench.asvproject.cells import Cell
 from mhabench.cluster.fanout import ci_matrix, k8s_job
 from mhabench.cluster.merge import MergeError, merge
-from mhabench.cluster.shard import Plan, Shard, balance, cell_seconds, load_plan
+from mhabench.cluster.shard import Plan, Shard, balance, cell_seconds, load_plan, make_plan
 from mhabench.cluster.shard_run import attempted, check_shards, done_cells, finite_cells
 
 FIXTURE = ROOT / "tests" / "fixtures" / "asv_results"
@@ -89,6 +90,29 @@ def test_the_full_grid_plans_into_balanced_shards(tmp_path: Path) -> None:
                      "fixture-machine", "--results", str(FIXTURE), "--out", str(out))
     assert again.returncode == 2 and "never overwritten" in again.stderr
 
+
+
+# What makes the grid another size than the shipped suite's (plug-ins, recorded kernels,
+# other dtypes or thread counts): left out of the README's count.
+GRID_VARS = ("MHABENCH_BACKENDS", "MHABENCH_KERNELS", "MHABENCH_DTYPES", "MHABENCH_THREADS",
+             "ASV_PYTHONPATH")
+
+
+def test_the_readme_counts_the_full_grid_as_the_planner_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's figure, rounded to hundreds, is the shard planner's count of the full
+    grid's cells on the CPU."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"The full grid \(about ([\d,]+) cells on the CPU, as `mhabench shard "
+                     r"plan` counts them", text)
+    assert said, "README.md: the full grid's sentence is gone or reworded"
+    for var in GRID_VARS:
+        monkeypatch.delenv(var, raising=False)
+    counted = make_plan(ROOT, "full", 1, "cpu", "readme").cells
+    written = int(said.group(1).replace(",", ""))
+    assert abs(written - counted) <= 50, (
+        f"README.md says about {written:,} cells; the planner counts {counted:,}: write "
+        f"about {round(counted, -2):,}")
 
 @pytest.mark.parametrize(("args", "message"), [
     (["plan", "--grid", "huge", "--shards", "2", "--out", "x.json"],

@@ -7,24 +7,33 @@ releases, 1.1 slower through a real code change, is flagged on its cell and on n
 identical sides flag nothing; a real pair of JAX releases (an earlier one and the pinned
 one) runs end to end into the report; a side that cannot install and a cell that fails on
 one side only each end in one line and exit status 2. The statistics and the side syntax
-are checked on their own first.
+are checked on their own first, and, with asv's runs faked, which compile-time cells run
+(those ``-b`` selects, as asv selects them) and how they print (readings, no verdict).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support.plugin_package import NAME, write_release
-from support.scratch import asv_env, scratch_clone
+from support.scratch import asv_env, commit_all, git, scratch_clone
 
-from mhabench.analysis.versions import VERDICTS
+import mhabench.compare.versions as versions_module
+from mhabench.analysis.versions import VERDICTS, compile_frame
+from mhabench.asvproject.result_files import BENCHMARKS, selected_cells
+from mhabench.cli import versions as versions_cli
+from mhabench.compare.rounds import cell_pattern
 from mhabench.compare.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include
+from mhabench.compare.versions import COMPILE_BENCH, Cell, Comparison
+from mhabench.core.kernel_codes import KERNEL_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 # The quick grid's GQA cell (batch 2, n 512, d 256, 16 query heads over 4 K/V heads).
@@ -88,6 +97,118 @@ def test_bad_sides_end_in_one_line_and_write_nothing(base: str, message: str) ->
     assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert message in done.stderr
     assert (sorted(folder.iterdir()) if folder.is_dir() else []) == before
+
+
+# -- compile time: run where -b selects it, read without a verdict -------------------------
+GQA_PARAMS = [["'jax'"], ["'fused'"], ["2"], ["512"], ["256"], ["16"], ["4"], ["'cpu'"],
+              ["'float32'"], ["1"]]
+TIMED = f"bench_gqa.MhaGqaMqa.time_step({', '.join(p[0] for p in GQA_PARAMS)})"
+KERNEL = TIMED.replace(".time_step(", ".track_kernel(")
+COMPILE_PARAMS = [["'torch'", "'jax'"], ["'compiled'", "'batched'"], ["8"], ["512"], ["256"],
+                  ["1", "8"], ["'cpu'"], ["'float32'"], ["1"]]
+LISTING = {COMPILE_BENCH: {"name": COMPILE_BENCH, "params": COMPILE_PARAMS, "type": "track"},
+           "bench_gqa.MhaGqaMqa.track_kernel": {"name": "bench_gqa.MhaGqaMqa.track_kernel",
+                                                "params": GQA_PARAMS, "type": "track"}}
+COMPILE_SECONDS = {"base": 13.6, "new": 18.15}
+
+
+def asv_selects(name: str, regexes: list[str]) -> list[str]:
+    """The cells of LISTING's benchmark ``name`` that asv's own ``-b`` selection runs."""
+    from asv.benchmarks import Benchmarks
+
+    entry = LISTING[name]
+    chosen = Benchmarks(SimpleNamespace(benchmark_dir="benchmarks"), [entry], regex=regexes)
+    cells = [f"{name}({', '.join(p)})" for p in itertools.product(*entry["params"])]
+    return [cells[i] for i in chosen.benchmark_selection[name]]
+
+
+@pytest.mark.parametrize("regexes", [[], [r"time_step\('jax'"], ["'jax'"],
+                                     [r"^bench_compile", "nothing"], [r"'batched', 8, .*, 8,"],
+                                     [r"track_compile_seconds\('torch'", r"'compiled'"]])
+def test_cells_are_selected_as_asv_selects_them(regexes: list[str]) -> None:
+    assert selected_cells(LISTING, COMPILE_BENCH, regexes) == asv_selects(COMPILE_BENCH,
+                                                                          regexes)
+
+
+def _fake_asv(results: Path, commit: str, calls: list[list[str]]):
+    """asv run as the kernels' and compile cells' run sees it: each side's results file
+    gains a value for every cell the call's -b regexes select, n/a (NaN) for the others."""
+    def run_asv(config: Path, args: list[str], env: dict[str, str], root: Path,
+                echo: object) -> tuple[int, str]:
+        regexes = [args[i + 1] for i, arg in enumerate(args) if arg == "-b"]
+        calls.append(regexes)
+        for side, seconds in COMPILE_SECONDS.items():
+            rows = {}
+            for name, entry in LISTING.items():
+                chosen = set(asv_selects(name, regexes))
+                value = seconds if name == COMPILE_BENCH else KERNEL_CODES["xla"]
+                rows[name] = [[value if c in chosen else float("nan") for c in
+                               (f"{name}({', '.join(p)})" for p in itertools.product(
+                                   *entry["params"]))], entry["params"]]
+            path = results / "m" / f"{commit[:8]}-env-{side}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"result_columns": ["result", "params"],
+                                        "results": rows}))
+        return 0, ""
+    return run_asv
+
+
+def _compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, benches: list[str]
+              ) -> tuple[dict, list[list[str]]]:
+    """A versions run's last stage on one timed JAX cell with ``-b benches`` (asv faked):
+    the summary, the -b regexes of each asv run and what the command prints."""
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "asv.conf.json").write_text('{"version": 1, "repo": "."}\n')
+    commit = commit_all(repo, "one commit")
+    comparison = Comparison("", "", benches, root=repo, echo=lambda text: None)
+    comparison.configs["ab"] = repo / "asv.conf.json"
+    comparison.env_names = {side: f"env-{side}" for side in ("base", "new")}
+    comparison.results.mkdir(parents=True)
+    (comparison.results / BENCHMARKS).write_text(json.dumps({**LISTING, "version": 2}))
+    comparison.cells[TIMED] = Cell(TIMED, verdict="unchanged")
+    calls: list[list[str]] = []
+    monkeypatch.setattr(versions_module, "run_asv", _fake_asv(comparison.results, commit,
+                                                              calls))
+    comparison.kernels_and_compile()
+    summary = comparison.summary()
+    summary["seconds"]["total"] = 1.0
+    monkeypatch.setattr(Comparison, "run", lambda self: summary)
+    monkeypatch.chdir(repo)
+    versions_cli.run(SimpleNamespace(base="", new="", bench=benches, grid="quick",
+                                     machine=None))
+    return summary, calls
+
+
+def test_compile_cells_neither_run_nor_print_unless_b_selects_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    summary, calls = _compared(tmp_path, monkeypatch, [r"time_step\('jax'"])
+    assert calls == [[cell_pattern(KERNEL)]]  # the timed cell's kernel, nothing compiled
+    assert summary["cells"][0]["kernel_base"] == summary["cells"][0]["kernel_new"] == "xla"
+    assert summary["compile_seconds"] == []
+    out = capsys.readouterr().out
+    assert COMPILE_BENCH not in out and "no verdict" not in out, out
+    assert len(compile_frame(summary)) == 0  # and no table in the report
+
+
+@pytest.mark.parametrize("bench, framework", [(r"track_compile_seconds\('jax'", "jax"),
+                                              ("^bench_compile", None)])
+def test_compile_cells_b_selects_are_readings_without_a_verdict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, bench: str,
+        framework: str | None) -> None:
+    summary, calls = _compared(tmp_path, monkeypatch, [r"time_step\('jax'", bench])
+    chosen = [f"{COMPILE_BENCH}({', '.join(p)})" for p in itertools.product(*COMPILE_PARAMS)
+              if framework is None or p[0] == f"'{framework}'"]
+    assert calls == [[cell_pattern(c) for c in [KERNEL, *chosen]]]
+    assert summary["compile_seconds"] == [{"cell": c, **COMPILE_SECONDS} for c in chosen]
+    out = capsys.readouterr().out.splitlines()
+    printed = [line for line in out if COMPILE_BENCH in line]
+    assert printed == [f"no verdict     13.60 s -> 18.15 s, one process a side  {c}"
+                       for c in chosen]
+    assert not any("1.33x" in line for line in out)  # no ratio read as a finding
+    frame = compile_frame(summary)
+    assert list(frame.columns) == ["cell", "base (s)", "new (s)"] and len(frame) == len(chosen)
 
 
 # -- real runs in a scratch clone ----------------------------------------------------------

@@ -1,6 +1,7 @@
 """A versions comparison's summary (``versions.json``, written by ``mhabench versions``
 beside its results) read into tables: one row per cell with its verdict, ratio, interval
-and the kernel each side ran, and the compile times of the two sides."""
+and the kernel each side ran, and the compile times of the two sides (readings, not
+judged)."""
 
 from __future__ import annotations
 
@@ -67,11 +68,11 @@ def cells_frame(summary: dict[str, Any]) -> pd.DataFrame:
 
 
 def compile_frame(summary: dict[str, Any]) -> pd.DataFrame:
-    rows = [{"cell": row["cell"], "base (s)": row.get("base"), "new (s)": row.get("new"),
-             "new/base": (row["new"] / row["base"] if row.get("base") and row.get("new")
-                          else None)}
+    """The compile-time cells' seconds on each side: one process a side, so no ratio (two
+    readings carry no verdict)."""
+    rows = [{"cell": row["cell"], "base (s)": row.get("base"), "new (s)": row.get("new")}
             for row in summary.get("compile_seconds", [])]
-    return pd.DataFrame(rows, columns=["cell", "base (s)", "new (s)", "new/base"])
+    return pd.DataFrame(rows, columns=["cell", "base (s)", "new (s)"])
 
 
 def finding(summary: dict[str, Any]) -> str:

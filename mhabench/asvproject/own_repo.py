@@ -36,6 +36,7 @@ CONFIG = "asv.conf.json"
 MODULE = Path("benchmarks") / "bench_mhabench.py"
 DEFAULT_BASELINES = ("fused",)
 PIN_VAR = "MHABENCH_PIN"
+ASV_FOLDER = ".asv"  # the written config's env_dir, results_dir and html_dir live in it
 # Which packages pin a framework in the environment (numpy: mhabench's own dependency).
 FRAMEWORK_PACKAGES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
 # The question modules of mhabench.bench and their classes the user's suite reuses.
@@ -238,6 +239,14 @@ def pin_entries(source: Source) -> tuple[str, dict[str, str]]:
     return command, {PIN_VAR: source.digest}
 
 
+def asv_folder_ignored(root: Path) -> bool:
+    """Whether git ignores the folder asv writes its environments and results into, in the
+    checkout ``root``. Asked of the folder's path with a trailing slash: the folder need not
+    exist yet, and git matches a directory-only pattern (``.asv/``) only to a path it knows
+    to be a folder."""
+    return _git(root, "check-ignore", "-q", f"{ASV_FOLDER}/").returncode == 0
+
+
 def _branch(root: Path) -> str:
     done = _git(root, "symbolic-ref", "--short", "HEAD")
     return done.stdout.strip() if done.returncode == 0 else "HEAD"
@@ -277,9 +286,9 @@ def render_config(project: Project, pins: dict[str, str], source: Source) -> str
         field("One process imports the frameworks, every cell forks from it.",
               "launch_method", "forkserver"),
         field("", "benchmark_dir", "benchmarks"),
-        field("", "env_dir", ".asv/env"),
-        field("", "results_dir", ".asv/results"),
-        field("", "html_dir", ".asv/html"),
+        field("", "env_dir", f"{ASV_FOLDER}/env"),
+        field("", "results_dir", f"{ASV_FOLDER}/results"),
+        field("", "html_dir", f"{ASV_FOLDER}/html"),
         field("", "build_cache_size", 2),
     ]
     return "{\n" + ",\n".join(fields) + "\n}\n"

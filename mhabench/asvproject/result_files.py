@@ -1,11 +1,13 @@
 """Reading asv's results files: a file's rows by benchmark, a row's cells as asv names them,
-and whether a value was measured. The merge, the shards, the gate and the versions
-comparison all read results through these."""
+the cells an ``asv run -b`` selects, and whether a value was measured. The merge, the
+shards, the gate and the versions comparison all read results through these."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
+from collections.abc import Sequence
 
 BENCHMARKS = "benchmarks.json"  # asv's listing of the suite, beside the machine folders
 
@@ -24,6 +26,17 @@ def cell_names(name: str, row: dict) -> list[str]:
     if not params:
         return [name]
     return [f"{name}({', '.join(c)})" for c in itertools.product(*params)]
+
+
+def selected_cells(listing: dict, name: str, regexes: Sequence[str]) -> list[str]:
+    """The cells of benchmark ``name`` in asv's ``benchmarks.json`` (``listing``) that
+    ``asv run -b REGEX ...`` runs, selected as asv selects them: a regex found anywhere in
+    the cell's name (``name(params)``); every cell where no regex is given."""
+    entry = listing.get(name)
+    if not isinstance(entry, dict):
+        return []
+    return [cell for cell in cell_names(name, entry)
+            if not regexes or any(re.search(regex, cell) for regex in regexes)]
 
 
 def measured(value: object) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,13 @@ def add_command(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.asvproject.own_repo import init, pin_entries, source_from
+    from mhabench.asvproject.own_repo import (
+        ASV_FOLDER,
+        asv_folder_ignored,
+        init,
+        pin_entries,
+        source_from,
+    )
 
     if args.show_pin:
         source = source_from(args.mhabench)
@@ -54,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"mhabench init: wrote {written.config.name} and "
           f"{written.module.relative_to(root)}: {mine} beside {', '.join(written.baselines)}, "
           f"grid {args.grid}; mhabench from {written.source.describe}")
-    ignored = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", ".asv"]).returncode
-    if ignored != 0:
-        print("mhabench init: add .asv/ to .gitignore (asv's environments and results)")
+    if not asv_folder_ignored(root):
+        print(f"mhabench init: add {ASV_FOLDER}/ to .gitignore (asv's environments and "
+              "results)")
     print("next: commit them, then asv machine --yes; asv run HEAD~3..HEAD; "
           "mhabench report --results .asv/results --out report.html")
     return 0

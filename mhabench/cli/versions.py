@@ -43,6 +43,13 @@ def _line(cell: dict[str, Any]) -> str:
     return f"{cell['verdict']:<14} {ratio:>7}{interval:<15} {cell['cell']}{kernels}"
 
 
+def _compile_line(row: dict[str, Any]) -> str:
+    """A compile-time cell: one process a side, so its seconds and no ratio or verdict."""
+    base, new = ("n/a" if side not in row else "failed" if row[side] is None
+                 else f"{row[side]:.2f} s" for side in ("base", "new"))
+    return f"{'no verdict':<14} {base} -> {new}, one process a side  {row['cell']}"
+
+
 def run(args: argparse.Namespace) -> int:
     from mhabench.analysis.versions import side_label
     from mhabench.compare.sides import SideError
@@ -69,10 +76,7 @@ def run(args: argparse.Namespace) -> int:
                                                         c["cell"])):
         print(_line(cell))
     for row in summary["compile_seconds"]:
-        base, new = row.get("base"), row.get("new")
-        if base and new:
-            print(f"{'compile':<14} {new / base:>6.2f}x {base:.2f} s -> {new:.2f} s  "
-                  f"{row['cell']}")
+        print(_compile_line(row))
     print(f"report: mhabench report --results {summary['folder']}/results --out "
           "reports/versions.html")
     if any(c["verdict"].startswith("failed") for c in summary["cells"]):

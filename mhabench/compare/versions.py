@@ -21,8 +21,9 @@ sides' results go, under their environments' names, into one new folder
    the way the screen did; else ``cleared``. A cell measured on one side and failing on the
    other is ``failed on new`` (or ``failed on base``), a verdict like the others.
 4. **Kernels and compile time**: one process per cell and side for ``track_kernel``
-   (recorded whatever the grid, ``MHABENCH_KERNELS=1``), and the compile-time cells of the
-   frameworks timed (``bench_compile``).
+   (recorded whatever the grid, ``MHABENCH_KERNELS=1``), and for the compile-time cells
+   (``bench_compile``) that ``-b`` selects: readings, not verdicts (one process a side
+   carries none, and each takes a compile).
 
 Everything is summed up in ``versions.json`` beside the results; ``mhabench report
 --results <folder>/results`` reads it into its "Versions side by side" section.
@@ -258,19 +259,20 @@ class Comparison:
                                 else f"failed on {next(iter(cell.failed))}")
 
     def kernels_and_compile(self) -> None:
-        """track_kernel of every timed cell, and the compile-time cells of its frameworks,
-        once per side."""
+        """track_kernel of every timed cell, and the compile-time cells ``-b`` selects (as
+        asv selects them: none unless a regex matches one), once per side: compile times are
+        readings of one process a side, never judged."""
+        from mhabench.asvproject.result_files import BENCHMARKS, selected_cells
         from mhabench.core.kernel_codes import KERNEL_NAMES
 
         kernel_cells = [c.replace(".time_step(", ".track_kernel(", 1) for c in self.cells
                         if ".time_step(" in c]
-        frameworks = sorted({f for c in self.cells for f in ("torch", "jax")
-                             if f"('{f}'," in c})
+        listing = self.results / BENCHMARKS  # written by the build
+        compile_cells = selected_cells(json.loads(listing.read_text()), COMPILE_BENCH,
+                                       self.benches) if listing.is_file() else []
         args = []
-        for cell in kernel_cells:
+        for cell in kernel_cells + compile_cells:
             args += ["-b", cell_pattern(cell)]
-        for framework in frameworks:
-            args += ["-b", "^" + COMPILE_BENCH.replace(".", r"\.") + rf"\('{framework}'"]
         if not args:
             return
         self._run("ab", args)
@@ -280,8 +282,9 @@ class Comparison:
                 code = values.get(cell.name.replace(".time_step(", ".track_kernel(", 1))
                 cell.kernel[side] = KERNEL_NAMES.get(int(code)) if isinstance(
                     code, (int, float)) and code == code else None
-            for name, value in values.items():
-                if name.startswith(COMPILE_BENCH):
+            for name in compile_cells:
+                if name in values:  # else n/a: a cell the grid skips
+                    value = values[name]
                     self.compile.setdefault(name, {})[side] = value if isinstance(
                         value, (int, float)) and value == value else None
 

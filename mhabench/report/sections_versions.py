@@ -46,7 +46,8 @@ def versions_section(ctx: Context) -> Section:
                                 "side ran", cells_frame(summary)))
     compiled = compile_frame(summary)
     if len(compiled):
-        section.tables.append(Table("compile", "Compile time on each side", compiled))
+        section.tables.append(Table("compile", "Compile time on each side: one process a "
+                                    "side, no verdict", compiled))
     section.tables.append(Table("environments", "What each side had installed",
                                 _environments(sides)))
     return section
