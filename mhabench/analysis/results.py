@@ -30,7 +30,7 @@ import pandas as pd
 
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import cost
-from mhabench.core.grids import POINT, cell_fields
+from mhabench.core.grids import MODEL, POINT, cell_fields
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(AttentionConfig))
 COST_COLUMNS = tuple(cost(AttentionConfig()).as_dict())
@@ -228,7 +228,8 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
         return []
     base = {**header, "benchmark": name, "kind": benchmark_kind(name),
             "unit": spec.get("unit", ""), "started": row.get("started_at")}
-    if CONFIG_MARKER in names and POINT not in names:  # a design's point records them all
+    # a design's point, or a model's name, records them all
+    if CONFIG_MARKER in names and not {POINT, MODEL} & set(names):
         unrecorded = [f for f in ESSENTIAL_FIELDS if f not in names]
         note = (f"benchmarks.json: benchmark {name}: params do not record config field(s) "
                 f"{', '.join(unrecorded)}; AttentionConfig defaults assumed for them")
@@ -236,8 +237,13 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
             warnings.append(note)
     out, failed, invalid = [], [], []
     for index, combo in enumerate(itertools.product(*params)):
-        # a design's point (a dict of config fields) spread into its fields
-        cell = cell_fields(dict(zip(names, (parse_param(v) for v in combo), strict=True)))
+        # a design's point (a dict of config fields) spread into its fields, a model's
+        # name followed by its shape's (the name kept: the param_model column)
+        raw = dict(zip(names, (parse_param(v) for v in combo), strict=True))
+        try:
+            cell, unknown = cell_fields(raw), None
+        except ValueError as exc:  # a model no longer in mhabench.core.models
+            cell, unknown = raw, exc
         label = ", ".join(f"{k}={v}" for k, v in cell.items())
         if not _finite(result[index]):
             # asv stores NaN for a skipped cell (NotImplementedError: not in this grid, not
@@ -246,6 +252,9 @@ def _benchmark_rows(rel: str, name: str, row: dict[str, Any], spec: dict[str, An
             lost.append((header["machine"], header["commit"], name, label, status))
             if status == "failed":
                 failed.append(label or "(no params)")
+            continue
+        if unknown is not None:
+            invalid.append(f"{label} ({unknown})")
             continue
         try:
             config = config_from_cell(cell)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from mhabench.core import backends as registry
 from mhabench.core.config import FRAMEWORKS, AttentionConfig
-from mhabench.core.grids import cell_fields
+from mhabench.core.grids import config_fields
 
 T = TypeVar("T")
 Runs = Callable[[AttentionConfig], bool]
@@ -37,9 +37,8 @@ def unsupported_as_skip(build: Callable[[], T]) -> T:
 
 def config_of(names: Sequence[str], values: Sequence[Any]) -> AttentionConfig:
     """The config of one parameter cell (raises ValueError for an invalid combination)."""
-    fields = cell_fields(dict(zip(names, values, strict=True)))
-    fields.pop("threads", None)  # in force since import; a parameter only to record it
-    return AttentionConfig.from_dict(fields)
+    # threads is in force since import, a model's name is its shape: both only recorded
+    return AttentionConfig.from_dict(config_fields(dict(zip(names, values, strict=True))))
 
 
 @functools.cache

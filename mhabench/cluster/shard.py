@@ -28,7 +28,7 @@ from typing import Any
 
 from mhabench.asvproject.cells import Cell, list_cells
 from mhabench.asvproject.result_files import result_rows
-from mhabench.core.grids import GRIDS, cell_fields
+from mhabench.core.grids import GRIDS, config_fields
 
 PLAN_VERSION = 1
 # One asv process of a cell beyond its samples: fork, build, compile and warm the step,
@@ -104,9 +104,8 @@ def _config(cell: Cell) -> Any:
     classes)."""
     from mhabench.core.config import AttentionConfig
 
-    fields = {k: v for k, v in cell_fields(cell.params).items() if k != "threads"}
     try:
-        return AttentionConfig.from_dict(fields)
+        return AttentionConfig.from_dict(config_fields(cell.params))
     except (TypeError, ValueError):
         return None
 

@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
+from mhabench.core.models import model_shape
+
 T = TypeVar("T")
 
 GRIDS = ("tiny", "quick", "full")
@@ -83,11 +85,17 @@ GRID_NEWER_BACKENDS: dict[str, tuple[str, ...]] = {
 
 
 
-# ----- a design's points as one parameter ------------------------------------------------------
+# ----- a design's points, or a published model, as one parameter ------------------------------
 # asv's parameters form a product, so a class whose cells are a few scattered shapes (the
 # calibration design, benchmarks/bench_design.py) takes them as one parameter, ``point``,
 # whose values are dicts of config fields: a cell's name still spells out its config.
 POINT = "point"
+# ... and a class that times published models' shapes (benchmarks/bench_models.py) takes a
+# model's name, ``model``, whose shape (mhabench.core.models) sets d, heads, kv_heads,
+# head_dim and scale: one axis where five would make a product of shapes no model has.
+MODEL = "model"
+# Parameters that are no config field: recorded with each result, left out of its config.
+RECORDED = ("threads", MODEL)
 
 
 class Point(dict):
@@ -101,11 +109,22 @@ class Point(dict):
 
 def cell_fields(params: dict[str, Any]) -> dict[str, Any]:
     """A cell's parameters as config fields: a ``point`` spread into its fields in its
-    place (the other parameters keep their order); ``threads`` is left for the caller."""
+    place, a ``model``'s name followed by its shape's fields (the other parameters keep
+    their order); ``threads`` and the model's name stay, for the caller to record
+    (:data:`RECORDED`). An unknown model name is a ValueError naming the known ones."""
     out: dict[str, Any] = {}
     for name, value in params.items():
         if name == POINT and isinstance(value, dict):
             out.update(value)
+        elif name == MODEL:
+            out[name] = value
+            out.update(model_shape(str(value)).fields())
         else:
             out[name] = value
     return out
+
+
+def config_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """A cell's parameters as the fields of its config alone (:func:`cell_fields` less the
+    :data:`RECORDED` parameters): ``AttentionConfig.from_dict`` of them is the config."""
+    return {k: v for k, v in cell_fields(params).items() if k not in RECORDED}

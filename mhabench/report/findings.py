@@ -16,6 +16,7 @@ from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
 from mhabench.analysis.versions import finding
 from mhabench.core.backends import BUILTIN
 from mhabench.core.cost import TRAIN_FACTOR
+from mhabench.report import sections_models
 from mhabench.report.context import CONFIG_KEY, Context
 from mhabench.report.palette import FRAMEWORK_NAMES
 from mhabench.report.sections_compare import best_backends
@@ -322,6 +323,8 @@ QUESTIONS: tuple[tuple[str, str, Answer], ...] = (
     ("GQA and MQA (Ex. 8)", "mha-gqa-mqa", variants),
     ("Decoding with and without a cache (Ex. 7.2, 8)", "decoding", decoding),
     ("Forward vs forward + backward", "forward-backward", training),
+    ("Published models: prefill, decode and its bound", sections_models.SECTION_ID,
+     sections_models.finding),
     ("Time model accuracy", "time-model", accuracy),
     ("Regressions since the previous commit", "regressions", regressions),
     ("Your backends against the baselines", "regressions", own_backends),
