@@ -77,8 +77,11 @@ def test_html_well_formed_self_contained_escaped(evil_results: Path, tmp_path: P
     assert set(SECTION_IDS) <= checker.ids
     assert checker.scripts == 0 and EVIL_CPU not in text and EVIL_MACHINE not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert checker.links and all(link.startswith(("#", "data:image/png;base64,"))
+    # nothing from the network: anchors, embedded images and the CSVs written beside it
+    assert checker.links and all(link.startswith(("#", "data:image/png;base64,", "r_tables/"))
                                  for link in checker.links)
+    csv_links = [link for link in checker.links if link.startswith("r_tables/")]
+    assert csv_links and all((paths["html"].parent / link).is_file() for link in csv_links)
     assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text)
     assert text.count("data:image/png;base64,") >= 5
     markdown = paths["markdown"].read_text()

@@ -8,6 +8,7 @@ import io
 import json
 import re
 import shutil
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -19,11 +20,12 @@ from mhabench.cluster.merge import merge
 from mhabench.core.backends import BUILTIN
 from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS
 from mhabench.report.build import SECTION_IDS, build_report, write_report
+from mhabench.report.excerpt import MAX_SHOWN_ROWS, csv_name, excerpt
 from mhabench.report.formatting import size_text
 from mhabench.report.html import MAX_OPEN_ROWS
 from mhabench.report.palette import Palette, clashes
 from mhabench.report.plots import MAX_LINES, panels, plot_png
-from mhabench.report.types import Plot, Report, Section
+from mhabench.report.types import Plot, Report, Section, Table
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = {"log": lambda m: None}
@@ -160,33 +162,75 @@ def test_findings_name_each_machine_beside_the_other(both_report: Report) -> Non
                for a in f.answers.values())
 
 
-# ----- sections: summaries first, per-cell tables collapsed -------------------------------
-def test_per_cell_tables_are_collapsed_and_linked_from_the_markdown(both_report: Report,
-                                                                    tmp_path: Path) -> None:
+# ----- sections: summaries whole, per-cell tables cut to their worst rows ----------------
+def html_rows(text: str, section: Section, title: str) -> int:
+    """The rows the page shows of the table captioned ``title`` in ``section``."""
+    start = text.index(f"<caption>{escape(title)}</caption>", text.index(f'id="{section.id}"'))
+    return text[start:text.index("</tbody>", start)].count("<tr>") - 1  # less the header
+
+
+def test_summaries_are_whole_and_per_cell_tables_show_their_worst_rows(both_report: Report,
+                                                                       tmp_path: Path) -> None:
     report = both_report
     paths = write_report(report, tmp_path / "r.html")
     text = paths["html"].read_text()
+    markdown = paths["markdown"].read_text()
     # the findings come before the contents, and each links to an element of the page
     ids = set(re.findall(r'id="([^"]+)"', text))
     targets = re.findall(r'<tr><th><a href="#([^"]+)">', text)
     assert targets and set(targets) <= ids
     assert text.index('id="findings"') < text.index("<nav>")
-    details = re.findall(r"<details><summary>(.*?)</summary>", text)
-    tables = [t for s in report.sections for t in s.tables]
-    detail_tables = [t for t in tables if t.detail or len(t.frame) > MAX_OPEN_ROWS]
-    assert len(details) == len(detail_tables) > 5
-    assert any(t.title == "Each timed cell against the FLOP model (flops_model = 8nd^2 + "
-               "4n^2 d for self-attention MHA)" for t in detail_tables)
-    open_tables = [t for t in tables if all(t is not d for d in detail_tables)]
-    assert open_tables and all(len(t.frame) <= MAX_OPEN_ROWS for t in open_tables)
-    markdown = paths["markdown"].read_text()
-    links = re.findall(r"\]\((r_tables/[^)]+\.csv)\)", markdown)
-    assert len(links) == len(detail_tables)
-    assert all((tmp_path / link).is_file() for link in links)
-    # a per-cell table is a link in the Markdown, a summary table is there in full
-    assert all(f"**{t.title}**" not in markdown for t in detail_tables)
-    assert all(f"**{t.title}**" in markdown for t in open_tables)
     assert markdown.index("## Findings") < markdown.index("## Machine and calibration")
+    details = re.findall(r"<details><summary>(.*?)</summary>", text)
+    tables = [(s, t) for s in report.sections for t in s.tables]
+    assert len(details) == sum(t.detail or len(t.frame) > MAX_OPEN_ROWS for _, t in tables)
+    cut = 0
+    for section, table in tables:
+        name = csv_name(section, table)
+        hidden = len(table.frame) - MAX_SHOWN_ROWS
+        assert len(pd.read_csv(paths["tables"] / name)) == len(table.frame), name
+        if table.detail and hidden > 0:  # the worst rows, the rest counted and linked
+            cut += 1
+            assert html_rows(text, section, table.title) == MAX_SHOWN_ROWS, name
+            assert f'{hidden} more rows in <a href="r_tables/{name}">{name}</a>' in text
+            assert f"{hidden} more rows in [{name}](r_tables/{name})" in markdown
+        else:  # a summary, or a short per-cell table: whole on the page and in the Markdown
+            assert html_rows(text, section, table.title) == len(table.frame), name
+            assert f"**{table.title}**" in markdown and f"more rows in [{name}]" not in markdown
+    assert cut > 5
+    assert any(t.title == "Each timed cell against the FLOP model (flops_model = 8nd^2 + "
+               "4n^2 d for self-attention MHA)" and t.detail for _, t in tables)
+
+
+def test_a_per_cell_table_shows_its_worst_rows_by_its_rank() -> None:
+    frame = pd.DataFrame({"cell": list("abcdefg"), "x": [0.4, 3.0, None, 1.0, -4.0, 2.0, 0.9]})
+    # n/a last; a ratio's "far from 1" reads a value at or below 0 as n/a
+    expected = {"high": "bfdgaec", "low": "eagdfbc", "far from 0": "ebfdgac",
+                "far from 1": "bafgdce"}
+    for order, rows in expected.items():
+        table = Table("t", "T", frame, detail=True, rank="x", rank_order=order)
+        assert "".join(excerpt(table, limit=6).frame["cell"]) == rows[:6], order
+        shown = excerpt(table, limit=3)
+        assert "".join(shown.frame["cell"]) == rows[:3] and shown.hidden == 4, order
+        assert "x" in shown.order
+    # no rank: the first rows; a summary table: whole
+    assert list(excerpt(Table("t", "T", frame, detail=True), limit=3).frame["cell"]) == \
+        ["a", "b", "c"]
+    assert len(excerpt(Table("t", "T", frame), limit=3).frame) == len(frame)
+    # a column of n/a ranks nothing
+    blank = excerpt(Table("t", "T", frame.assign(x=None), detail=True, rank="x"), limit=3)
+    assert list(blank.frame["cell"]) == ["a", "b", "c"] and blank.order == ""
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"detail": True, "rank": "x", "rank_order": "worst"}, "rank_order 'worst' of table 't' "
+     "is not allowed; use one of 'high', 'low', 'far from 0', 'far from 1'"),
+    ({"detail": True, "rank": "y"}, "rank 'y' of table 't' is not one of its columns: x"),
+    ({"rank": "x"}, "a summary table is shown whole; rank only a detail table"),
+])
+def test_a_bad_rank_is_one_line_naming_it(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Table("t", "T", pd.DataFrame({"x": [1.0]}), **kwargs)
 
 
 def test_machine_table_in_human_units(both_report: Report) -> None:

@@ -86,8 +86,7 @@ def scaling_section(ctx: Context) -> Section:
     section = Section("", "", plots=plots, tables=[
         Table("summary", "Fitted exponents per backend (time ~ axis^k; median over the "
               "slices timed)", summary),
-        Table("exponents", "Fitted exponents: time ~ axis^k, every slice", table,
-              detail=True)])
+        Table("exponents", "Fitted exponents: time ~ axis^k, every slice", table)])
     for axis in ("n", "d"):
         sub = table[table["axis"] == axis]
         if len(sub):
@@ -122,7 +121,7 @@ def cross_section(ctx: Context) -> Section:
                       ["machine", "framework", "backend"],
                       ["cross/self time", "cross/self FLOPs"])),
         Table("cross", "Cross-attention (n queries over m keys) against self-attention over n",
-              table, detail=True)])
+              table, detail=True, rank="cross/self time")])
     section.text.append("Cross-attention's cost is linear in m for the scores and mixing and "
                         "the key/value projections (Exercise 7); the table compares each cross "
                         "cell with the self-attention cell of the same n where one was timed.")
@@ -156,7 +155,7 @@ def variants_section(ctx: Context) -> Section:
               medians(shrunk, ["machine", "framework", "backend", "variant"],
                       ["time / MHA", "KV cache / MHA"])),
         Table("variants", "MHA, GQA and MQA: time, parameters and KV-cache bytes per token",
-              table, detail=True)])
+              table, detail=True, rank="time / MHA")])
     section.text.append("Fewer key/value heads shrink the key/value projections' parameters "
                         "and the KV cache by h/h_kv; the time column shows what that buys.")
     return section
@@ -194,7 +193,7 @@ def decoding_section(ctx: Context) -> Section:
               medians(table, ["machine", "framework", "backend"],
                       ["recomputed/cached time", "model FLOP ratio"])),
         Table("decode", "Decoder step with cached keys/values against recomputing them",
-              table, detail=True)])
+              table, detail=True, rank="recomputed/cached time", rank_order="low")])
     if table["recomputed (ms)"].isna().all():
         section.text.append("No matching forward cross-attention cells were timed, so only the "
                             "cached step and the model's FLOP ratio are shown.")
@@ -241,7 +240,7 @@ def _kv_cache_table(t: pd.DataFrame) -> Section | None:
               medians(table, ["machine", "framework", "backend"],
                       ["prefix/decode time", "cache read rate (GB/s)"])),
         Table("kv-cache", "One decode step over a KV cache of m against recomputing the prefix",
-              table, detail=True)])
+              table, detail=True, rank="prefix/decode time", rank_order="low")])
     section.text.append(
         "A decode step projects the new token's q, k and v, writes k and v into the cache at "
         "position m and attends over the m + 1 positions it holds; every timed call starts "
@@ -271,7 +270,8 @@ def train_section(ctx: Context) -> Section:
     section = Section("", "", tables=[
         Table("summary", "Forward + backward over forward per backend (medians)",
               medians(table, ["machine", "framework", "backend"], ["ratio"])),
-        Table("train", "Forward + backward against forward", table, detail=True)])
+        Table("train", "Forward + backward against forward", table, detail=True,
+              rank="ratio")])
     section.text.append(f"The cost model counts a training step as {TRAIN_FACTOR}x the forward "
                         f"FLOPs; measured ratios run from {table['ratio'].min():.2f} to "
                         f"{table['ratio'].max():.2f} (median {table['ratio'].median():.2f}).")
@@ -322,7 +322,8 @@ def frameworks_section(ctx: Context) -> Section:
               "(geometric mean over h)", top),
         Table("summary", "JAX over PyTorch per backend (medians over the configs timed in "
               "both)", medians(table, ["machine", "backend"], ["JAX/PyTorch"])),
-        Table("torch-vs-jax", "The same configs in PyTorch and JAX", table, detail=True)])
+        Table("torch-vs-jax", "The same configs in PyTorch and JAX", table, detail=True,
+              rank="JAX/PyTorch", rank_order="far from 1")])
     section.facts["best"] = best
     med = table.groupby("backend")["JAX/PyTorch"].median()
     section.text.append("Median JAX/PyTorch time ratio per backend (below 1: JAX faster): "

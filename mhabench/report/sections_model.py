@@ -181,9 +181,10 @@ def decomposition_section(ctx: Context) -> Section:
         Table("summary", "The Exercise 6.4 sweeps split into the time model's terms (shares "
               "only where the model fits the sweep)", _decomposition_summary(table)),
         Table("decomposition", "Each sweep's h-trend split into the time model's terms "
-              "(shares only where the model fits the sweep)", table, detail=True),
+              "(shares only where the model fits the sweep)", table),
         Table("residuals", "The model against each sweep's measurement at every h",
-              pd.DataFrame(residuals), detail=True)])
+              pd.DataFrame(residuals), detail=True, rank="residual (%)",
+              rank_order="far from 0")])
     section.text.extend(_decomposition_method())
     section.text.extend(_decomposition_verdicts(table))
     return section
@@ -267,7 +268,7 @@ def timemodel_section(ctx: Context) -> Section:
                                       f"({MIN_CELLS} per group).")
     section = Section("", "", tables=[Table("coefficients", "Fitted coefficients per group "
                                             "(and groups too small to fit)",
-                                            _coefficients(ctx), detail=True)])
+                                            _coefficients(ctx))])
     section.text.append(
         "Each group gets the richest model with fewer coefficients (non-zero terms) than it "
         f"has cells, down to FLOPs + a constant; a group with fewer than {MIN_CELLS} cells "
@@ -285,10 +286,11 @@ def timemodel_section(ctx: Context) -> Section:
     section.tables[:0] = [
         Table("accuracy", "Leave-out relative error (%) per machine: calibrated model and the "
               "plain FLOP model at one rate", per_machine),
-        Table("leave-out", "Leave-out relative error (%) per group", per_group, detail=True)]
+        Table("leave-out", "Leave-out relative error (%) per group", per_group)]
     section.tables.append(Table("leave-out-cells", "Every left-out cell: measured, predicted "
                                 "and where it lies outside its fold's fitted ranges",
-                                errors.drop(columns="extrapolated"), detail=True))
+                                errors.drop(columns="extrapolated"), detail=True,
+                                rank="rel_error"))
     section.facts["leave_out"] = errors
     met = "meets" if overall["median_rel_error"] <= TARGET_MEDIAN_ERROR else "misses"
     inside = errors[~errors["extrapolated"]]
