@@ -23,8 +23,8 @@ from mhabench.report.build import SECTION_IDS, build_report, write_report
 from mhabench.report.excerpt import MAX_SHOWN_ROWS, csv_name, excerpt
 from mhabench.report.formatting import size_text
 from mhabench.report.html import MAX_OPEN_ROWS
-from mhabench.report.palette import Palette, clashes
-from mhabench.report.plots import MAX_LINES, panels, plot_png
+from mhabench.report.palette import Palette, clashes, series_labels
+from mhabench.report.plots import DPI, FACET_COLUMNS_SMALL, FACET_SMALL, MAX_LINES, panels, plot_png
 from mhabench.report.types import Plot, Report, Section, Table
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -90,12 +90,40 @@ def test_a_plot_of_many_lines_gets_one_panel_per_framework() -> None:
 
 def test_no_plot_of_the_report_draws_two_lines_alike(both_report: Report) -> None:
     plots = [p for s in both_report.sections for p in s.plots]
-    assert plots
+    assert plots and any(p.facets for p in plots)
     for plot in plots:
-        assert set(plot.styles) == set(plot.series), plot.title
+        assert set(plot.styles) == set(series_labels(plot)), plot.title
         assert clashes(plot.styles) == [], plot.title
-        if plot.style == "line":  # a line joins its points left to right
-            assert all(x == sorted(x) for x, _ in plot.series.values()), plot.title
+        for part in plot.facets or [plot]:
+            if part.style == "line":  # a line joins its points left to right
+                assert all(x == sorted(x) for x, _ in part.series.values()), plot.title
+
+
+def test_facets_are_one_figure_under_one_legend_in_the_reports_colours() -> None:
+    import numpy as np
+    from PIL import Image
+
+    from mhabench.report.html import plot_html
+
+    def facet(i: int, labels: tuple[str, ...]) -> Plot:
+        return Plot("", f"x{i}", "ms", {lab: ([1.0, 2.0, 4.0], [1.0, 3.0, 2.0 + j])
+                                        for j, lab in enumerate(labels)}, small=True)
+
+    plot = Plot("a family", "", "ms", {}, facets=[
+        facet(0, ("torch/batched", "jax/fused")), facet(1, ("torch/batched",)),
+        facet(2, ("torch/loop", "jax/fused"))])
+    plot.styles = dict(Palette().styles(plot))
+    assert list(plot.styles) == series_labels(plot) == ["torch/batched", "jax/fused",
+                                                        "torch/loop"]
+    image = Image.open(io.BytesIO(plot_png(plot)))
+    # three panels and the legend's cell in one row of small panels
+    assert image.size == (round(FACET_COLUMNS_SMALL * FACET_SMALL[0] * DPI),
+                          round(FACET_SMALL[1] * DPI))
+    pixels = np.asarray(image.convert("RGB"), int).reshape(-1, 3)
+    for colour, _ in plot.styles.values():  # every line in its colour, wherever it is drawn
+        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+        assert (np.abs(pixels - rgb).max(axis=1) <= 8).sum() > 20, colour
+    assert all(f"&quot;{label}&quot;" in plot_html(plot) for label in plot.styles)
 
 
 def test_the_compact_png_keeps_every_lines_colour(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,7 +282,8 @@ def test_map_term_is_named_for_what_the_kernel_does(tmp_path: Path) -> None:
     assert list(terms["batched"]) == [SCORE_TERMS[True]]
     verdicts = {line.split(":", 1)[0]: line for line in section.text if line.startswith("jax/")}
     assert "map written" not in verdicts["jax/blockwise"]
-    labels = {p.title.split(":")[1].split()[1]: list(p.series) for p in section.plots}
+    [plot] = section.plots  # one figure, a facet per sweep
+    labels = {p.title.split(":")[1].split()[1]: list(p.series) for p in plot.facets}
     assert f"{SCORE_TERMS[False]} (b*h*n*m)" in labels["jax/blockwise"]
 
 

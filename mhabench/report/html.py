@@ -18,6 +18,7 @@ from typing import Any
 
 from mhabench.report.excerpt import csv_href, csv_name, excerpt
 from mhabench.report.formatting import format_value, is_number
+from mhabench.report.palette import series_labels
 from mhabench.report.plots import plot_png
 from mhabench.report.types import Plot, Report, Section, Table
 
@@ -91,7 +92,8 @@ def plot_html(plot: Plot) -> str:
     data = base64.b64encode(plot_png(plot)).decode("ascii")
     size = ' class="small"' if plot.small else ""
     # each line's colour and marker, for readers and tests that check them apart
-    styles = json.dumps([[label, *plot.styles.get(label, ("", ""))] for label in plot.series])
+    styles = json.dumps([[label, *plot.styles.get(label, ("", ""))]
+                         for label in series_labels(plot)])
     return (f'<figure{size} data-styles="{_e(styles)}" data-style="{_e(plot.style)}">'
             f'<img src="data:image/png;base64,{data}" alt="{_e(plot.title)}">'
             f"<figcaption>{_e(plot.title)}</figcaption></figure>")

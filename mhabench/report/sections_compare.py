@@ -56,8 +56,7 @@ def _scaling_plot(rows: list[dict], axis: str, machine: str) -> Plot | None:
         slices.setdefault(tuple(r[k] for k in fixed), []).append(r)
     key, chosen = max(slices.items(), key=lambda kv: (len(kv[1]), kv[0][4] == 8))
     where = ", ".join(f"{k} {v}" for k, v in zip(fixed[:6], key, strict=False))
-    return Plot(f"Time against {axis} on {machine} ({where}; log-log: the slope is the "
-                "exponent)", axis, "time (ms)",
+    return Plot(f"Against {axis}: {where}", axis, "time (ms)",
                 {f"{r['framework']}/{r['backend']}": (g[axis].astype(float).tolist(),
                                                       g["time_ms"].tolist())
                  for r in chosen if (g := r["_group"].sort_values(axis)) is not None},
@@ -72,8 +71,12 @@ def scaling_section(ctx: Context) -> Section:
     if not rows:
         return Section("", "", absent="No config measured at several n or several d with "
                                       "everything else fixed.")
-    plots = [p for axis in ("n", "d") for machine in sorted({r["machine"] for r in rows})
-             if (p := _scaling_plot(rows, axis, machine)) is not None]
+    plots = []
+    for machine in sorted({r["machine"] for r in rows}):  # one figure: n and d side by side
+        facets = [p for axis in ("n", "d") if (p := _scaling_plot(rows, axis, machine))]
+        if facets:
+            plots.append(Plot(f"Time against n and d on {machine} (log-log: the slope is the "
+                              "exponent)", "", "time (ms)", {}, facets=facets))
     table = pd.DataFrame([{k: v for k, v in r.items() if k != "_group"} for r in rows])
     keep = ["machine", "framework", "backend", "device", "mode", "batch", "heads", "n", "d",
             "axis", "values", "measured exponent", "FLOP model exponent"]

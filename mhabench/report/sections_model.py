@@ -175,8 +175,11 @@ def decomposition_section(ctx: Context) -> Section:
     # every machine gets its share of the plots, each its most telling sweeps first
     machines = sorted({m for m, _, _ in candidates})
     share = max(2, MAX_DECOMPOSITION_PLOTS // max(1, len(machines)))
-    plots = [p for m in machines for _, _, p in sorted(
+    facets = [p for m in machines for _, _, p in sorted(
         (c for c in candidates if c[0] == m), key=lambda c: c[1])[:share]]
+    # one figure: the terms keep one colour across the sweeps, under one legend
+    plots = [Plot("Model terms against h, stacked, with each sweep's measured time",
+                  "heads h", "time (ms)", {}, style="stacked", facets=facets)] if facets else []
     section = Section("", "", plots=plots, tables=[
         Table("summary", "The Exercise 6.4 sweeps split into the time model's terms (shares "
               "only where the model fits the sweep)", _decomposition_summary(table)),
@@ -334,12 +337,14 @@ def _residual_plots(section: Section, errors: pd.DataFrame, ctx: Context) -> Non
     if residuals.empty:
         return
     labels = residuals["framework"] + "/" + residuals["backend"]
-    for name, label in RESIDUAL_FIELDS.items():
-        series = {lab: (g[name].astype(float).tolist(), (100 * g["residual"]).tolist())
-                  for lab, g in residuals.groupby(labels, sort=True)}
-        section.plots.append(Plot(f"Left-out residual against {label}", label,
-                                  "predicted / measured - 1 (%)", series, logx=True,
-                                  style="scatter", small=True))
+    ylabel = "predicted / measured - 1 (%)"
+    facets = [Plot("", label, ylabel,
+                   {lab: (g[name].astype(float).tolist(), (100 * g["residual"]).tolist())
+                    for lab, g in residuals.groupby(labels, sort=True)},
+                   logx=True, style="scatter", small=True)
+              for name, label in RESIDUAL_FIELDS.items()]
+    section.plots.append(Plot("Left-out residual against each field", "", ylabel, {},
+                              style="scatter", facets=facets))
     trends = field_trends(residuals)
     section.tables.append(Table("residual-trends", "Left-out residuals against each field: "
                                 "rank correlation and verdict", trends))

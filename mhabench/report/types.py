@@ -55,6 +55,11 @@ class Plot:
     (e.g. commit hashes), ``marks`` draws a dashed vertical line at each x, and ``small``
     makes a thumbnail-sized figure. ``styles`` gives each series its (colour, marker),
     filled from the report's palette (:mod:`mhabench.report.palette`) before rendering.
+
+    ``facets`` makes the plot small multiples: each facet (a plot with its own title, axes
+    and series; ``small`` ones in more columns) is a panel of one figure, under one legend
+    in the plot's ``styles``; the plot's own ``series`` then stays empty. One figure for a
+    family of views (a residual against each field) spares a legend and axes per view.
     """
 
     title: str
@@ -71,6 +76,7 @@ class Plot:
     marks: list[float] = field(default_factory=list)
     small: bool = False
     styles: dict[str, tuple[str, str]] = field(default_factory=dict)
+    facets: list[Plot] = field(default_factory=list)
 
 
 @dataclass
