@@ -77,8 +77,11 @@ def test_html_well_formed_self_contained_escaped(evil_results: Path, tmp_path: P
     assert set(SECTION_IDS) <= checker.ids
     assert checker.scripts == 0 and EVIL_CPU not in text and EVIL_MACHINE not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert checker.links and all(link.startswith(("#", "data:image/png;base64,"))
+    # nothing from the network: anchors, embedded images and the CSVs written beside it
+    assert checker.links and all(link.startswith(("#", "data:image/png;base64,", "r_tables/"))
                                  for link in checker.links)
+    csv_links = [link for link in checker.links if link.startswith("r_tables/")]
+    assert csv_links and all((paths["html"].parent / link).is_file() for link in csv_links)
     assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text)
     assert text.count("data:image/png;base64,") >= 5
     markdown = paths["markdown"].read_text()
@@ -249,14 +252,79 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert not (tmp_path / "r.html").exists()
 
 
-@pytest.mark.skipif(not (REAL / "benchmarks.json").is_file(),
-                    reason="tests/fixtures/asv_results/ (the real asv run) is not committed yet")
-def test_report_from_the_real_fixture(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "real.html"
-    assert main(["report", "--results", str(REAL), "--out", str(out)]) == 0
-    checker = parse(out.read_text())
+# The tiny fixture's page in full (every row, a PNG per view) times the factor that takes
+# the quick grid's page in full to 600 kB: docs/report.md, "Size".
+PAGE_BUDGET = 290_000
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The report of the committed tiny-grid run, written by the CLI, with the context and
+    sections its findings were built from."""
+    from mhabench.report import findings
+
+    built: dict = {}
+    original = findings.findings_section
+
+    def spy(ctx, sections):
+        built.update(ctx=ctx, sections=sections)
+        return original(ctx, sections)
+
+    out = tmp_path_factory.mktemp("real") / "real.html"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(findings, "findings_section", spy)
+        assert main(["report", "--results", str(REAL), "--out", str(out)]) == 0
+    return {**built, "out": out, "tables": out.with_name("real_tables")}
+
+
+def test_report_from_the_real_fixture(real_report: dict) -> None:
+    text = real_report["out"].read_text()
+    checker = parse(text)
     assert checker.errors == [] and set(SECTION_IDS) <= checker.ids
-    assert "Exercise 6.4" in out.read_text()
+    assert "Exercise 6.4" in text
+
+
+def test_the_real_page_stays_light_and_its_csvs_hold_every_row(real_report: dict) -> None:
+    from mhabench.report.excerpt import MAX_SHOWN_ROWS, csv_name
+
+    size = real_report["out"].stat().st_size
+    assert size <= PAGE_BUDGET, f"the page takes {size:,} bytes, over {PAGE_BUDGET:,}"
+    text = real_report["out"].read_text()
+    cut = 0
+    for section in real_report["sections"].values():
+        for table in section.tables:
+            name = csv_name(section, table)
+            assert len(pd.read_csv(real_report["tables"] / name)) == len(table.frame), name
+            hidden = len(table.frame) - MAX_SHOWN_ROWS
+            if table.detail and hidden > 0:
+                cut += 1
+                assert f'{hidden} more rows in <a href="real_tables/{name}">' in text, name
+    assert cut >= 5  # the fixture's long per-cell tables: the cut is exercised
+    # a row per timed cell, counted apart from the table
+    cells = pd.read_csv(real_report["tables"] / "measured-vs-model--cells.csv")
+    assert len(cells) == len(real_report["ctx"].timings) > MAX_SHOWN_ROWS
+
+
+def test_the_real_findings_are_built_from_the_tables_in_the_csvs(real_report: dict) -> None:
+    """The findings rebuilt from every table as its CSV holds it (the full rows, not the
+    page's cut) are the lines the page shows."""
+    from dataclasses import replace
+    from html import escape
+
+    from mhabench.report.excerpt import csv_name
+    from mhabench.report.findings import findings_section
+
+    def read(section, table):
+        return pd.read_csv(real_report["tables"] / csv_name(section, table))
+
+    sections = {sid: replace(s, tables=[replace(t, frame=read(s, t)) for t in s.tables])
+                for sid, s in real_report["sections"].items()}
+    rebuilt = findings_section(real_report["ctx"], sections).findings
+    text = real_report["out"].read_text()
+    body = text[text.index('<table class="findings">'):text.index("<nav>")].split("<tbody>")[1]
+    shown = [re.findall(r"<td>(.*?)</td>", row) for row in body.split("</tr>")[:-1]]
+    assert len(rebuilt) >= 8 and shown == [[escape(a, quote=True) for a in f.answers.values()]
+                                           for f in rebuilt]
 
 
 def test_compile_seconds_and_break_even_calls_beside_the_step_time() -> None:

@@ -8,6 +8,7 @@ import io
 import json
 import re
 import shutil
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -19,11 +20,12 @@ from mhabench.cluster.merge import merge
 from mhabench.core.backends import BUILTIN
 from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS
 from mhabench.report.build import SECTION_IDS, build_report, write_report
+from mhabench.report.excerpt import MAX_SHOWN_ROWS, csv_name, excerpt
 from mhabench.report.formatting import size_text
 from mhabench.report.html import MAX_OPEN_ROWS
-from mhabench.report.palette import Palette, clashes
-from mhabench.report.plots import MAX_LINES, panels, plot_png
-from mhabench.report.types import Plot, Report, Section
+from mhabench.report.palette import Palette, clashes, series_labels
+from mhabench.report.plots import DPI, FACET_COLUMNS_SMALL, FACET_SMALL, MAX_LINES, panels, plot_png
+from mhabench.report.types import Plot, Report, Section, Table
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = {"log": lambda m: None}
@@ -88,12 +90,40 @@ def test_a_plot_of_many_lines_gets_one_panel_per_framework() -> None:
 
 def test_no_plot_of_the_report_draws_two_lines_alike(both_report: Report) -> None:
     plots = [p for s in both_report.sections for p in s.plots]
-    assert plots
+    assert plots and any(p.facets for p in plots)
     for plot in plots:
-        assert set(plot.styles) == set(plot.series), plot.title
+        assert set(plot.styles) == set(series_labels(plot)), plot.title
         assert clashes(plot.styles) == [], plot.title
-        if plot.style == "line":  # a line joins its points left to right
-            assert all(x == sorted(x) for x, _ in plot.series.values()), plot.title
+        for part in plot.facets or [plot]:
+            if part.style == "line":  # a line joins its points left to right
+                assert all(x == sorted(x) for x, _ in part.series.values()), plot.title
+
+
+def test_facets_are_one_figure_under_one_legend_in_the_reports_colours() -> None:
+    import numpy as np
+    from PIL import Image
+
+    from mhabench.report.html import plot_html
+
+    def facet(i: int, labels: tuple[str, ...]) -> Plot:
+        return Plot("", f"x{i}", "ms", {lab: ([1.0, 2.0, 4.0], [1.0, 3.0, 2.0 + j])
+                                        for j, lab in enumerate(labels)}, small=True)
+
+    plot = Plot("a family", "", "ms", {}, facets=[
+        facet(0, ("torch/batched", "jax/fused")), facet(1, ("torch/batched",)),
+        facet(2, ("torch/loop", "jax/fused"))])
+    plot.styles = dict(Palette().styles(plot))
+    assert list(plot.styles) == series_labels(plot) == ["torch/batched", "jax/fused",
+                                                        "torch/loop"]
+    image = Image.open(io.BytesIO(plot_png(plot)))
+    # three panels and the legend's cell in one row of small panels
+    assert image.size == (round(FACET_COLUMNS_SMALL * FACET_SMALL[0] * DPI),
+                          round(FACET_SMALL[1] * DPI))
+    pixels = np.asarray(image.convert("RGB"), int).reshape(-1, 3)
+    for colour, _ in plot.styles.values():  # every line in its colour, wherever it is drawn
+        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+        assert (np.abs(pixels - rgb).max(axis=1) <= 8).sum() > 20, colour
+    assert all(f"&quot;{label}&quot;" in plot_html(plot) for label in plot.styles)
 
 
 def test_the_compact_png_keeps_every_lines_colour(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,33 +190,75 @@ def test_findings_name_each_machine_beside_the_other(both_report: Report) -> Non
                for a in f.answers.values())
 
 
-# ----- sections: summaries first, per-cell tables collapsed -------------------------------
-def test_per_cell_tables_are_collapsed_and_linked_from_the_markdown(both_report: Report,
-                                                                    tmp_path: Path) -> None:
+# ----- sections: summaries whole, per-cell tables cut to their worst rows ----------------
+def html_rows(text: str, section: Section, title: str) -> int:
+    """The rows the page shows of the table captioned ``title`` in ``section``."""
+    start = text.index(f"<caption>{escape(title)}</caption>", text.index(f'id="{section.id}"'))
+    return text[start:text.index("</tbody>", start)].count("<tr>") - 1  # less the header
+
+
+def test_summaries_are_whole_and_per_cell_tables_show_their_worst_rows(both_report: Report,
+                                                                       tmp_path: Path) -> None:
     report = both_report
     paths = write_report(report, tmp_path / "r.html")
     text = paths["html"].read_text()
+    markdown = paths["markdown"].read_text()
     # the findings come before the contents, and each links to an element of the page
     ids = set(re.findall(r'id="([^"]+)"', text))
     targets = re.findall(r'<tr><th><a href="#([^"]+)">', text)
     assert targets and set(targets) <= ids
     assert text.index('id="findings"') < text.index("<nav>")
-    details = re.findall(r"<details><summary>(.*?)</summary>", text)
-    tables = [t for s in report.sections for t in s.tables]
-    detail_tables = [t for t in tables if t.detail or len(t.frame) > MAX_OPEN_ROWS]
-    assert len(details) == len(detail_tables) > 5
-    assert any(t.title == "Each timed cell against the FLOP model (flops_model = 8nd^2 + "
-               "4n^2 d for self-attention MHA)" for t in detail_tables)
-    open_tables = [t for t in tables if all(t is not d for d in detail_tables)]
-    assert open_tables and all(len(t.frame) <= MAX_OPEN_ROWS for t in open_tables)
-    markdown = paths["markdown"].read_text()
-    links = re.findall(r"\]\((r_tables/[^)]+\.csv)\)", markdown)
-    assert len(links) == len(detail_tables)
-    assert all((tmp_path / link).is_file() for link in links)
-    # a per-cell table is a link in the Markdown, a summary table is there in full
-    assert all(f"**{t.title}**" not in markdown for t in detail_tables)
-    assert all(f"**{t.title}**" in markdown for t in open_tables)
     assert markdown.index("## Findings") < markdown.index("## Machine and calibration")
+    details = re.findall(r"<details><summary>(.*?)</summary>", text)
+    tables = [(s, t) for s in report.sections for t in s.tables]
+    assert len(details) == sum(t.detail or len(t.frame) > MAX_OPEN_ROWS for _, t in tables)
+    cut = 0
+    for section, table in tables:
+        name = csv_name(section, table)
+        hidden = len(table.frame) - MAX_SHOWN_ROWS
+        assert len(pd.read_csv(paths["tables"] / name)) == len(table.frame), name
+        if table.detail and hidden > 0:  # the worst rows, the rest counted and linked
+            cut += 1
+            assert html_rows(text, section, table.title) == MAX_SHOWN_ROWS, name
+            assert f'{hidden} more rows in <a href="r_tables/{name}">{name}</a>' in text
+            assert f"{hidden} more rows in [{name}](r_tables/{name})" in markdown
+        else:  # a summary, or a short per-cell table: whole on the page and in the Markdown
+            assert html_rows(text, section, table.title) == len(table.frame), name
+            assert f"**{table.title}**" in markdown and f"more rows in [{name}]" not in markdown
+    assert cut > 5
+    assert any(t.title == "Each timed cell against the FLOP model (flops_model = 8nd^2 + "
+               "4n^2 d for self-attention MHA)" and t.detail for _, t in tables)
+
+
+def test_a_per_cell_table_shows_its_worst_rows_by_its_rank() -> None:
+    frame = pd.DataFrame({"cell": list("abcdefg"), "x": [0.4, 3.0, None, 1.0, -4.0, 2.0, 0.9]})
+    # n/a last; a ratio's "far from 1" reads a value at or below 0 as n/a
+    expected = {"high": "bfdgaec", "low": "eagdfbc", "far from 0": "ebfdgac",
+                "far from 1": "bafgdce"}
+    for order, rows in expected.items():
+        table = Table("t", "T", frame, detail=True, rank="x", rank_order=order)
+        assert "".join(excerpt(table, limit=6).frame["cell"]) == rows[:6], order
+        shown = excerpt(table, limit=3)
+        assert "".join(shown.frame["cell"]) == rows[:3] and shown.hidden == 4, order
+        assert "x" in shown.order
+    # no rank: the first rows; a summary table: whole
+    assert list(excerpt(Table("t", "T", frame, detail=True), limit=3).frame["cell"]) == \
+        ["a", "b", "c"]
+    assert len(excerpt(Table("t", "T", frame), limit=3).frame) == len(frame)
+    # a column of n/a ranks nothing
+    blank = excerpt(Table("t", "T", frame.assign(x=None), detail=True, rank="x"), limit=3)
+    assert list(blank.frame["cell"]) == ["a", "b", "c"] and blank.order == ""
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"detail": True, "rank": "x", "rank_order": "worst"}, "rank_order 'worst' of table 't' "
+     "is not allowed; use one of 'high', 'low', 'far from 0', 'far from 1'"),
+    ({"detail": True, "rank": "y"}, "rank 'y' of table 't' is not one of its columns: x"),
+    ({"rank": "x"}, "a summary table is shown whole; rank only a detail table"),
+])
+def test_a_bad_rank_is_one_line_naming_it(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Table("t", "T", pd.DataFrame({"x": [1.0]}), **kwargs)
 
 
 def test_machine_table_in_human_units(both_report: Report) -> None:
@@ -210,7 +282,8 @@ def test_map_term_is_named_for_what_the_kernel_does(tmp_path: Path) -> None:
     assert list(terms["batched"]) == [SCORE_TERMS[True]]
     verdicts = {line.split(":", 1)[0]: line for line in section.text if line.startswith("jax/")}
     assert "map written" not in verdicts["jax/blockwise"]
-    labels = {p.title.split(":")[1].split()[1]: list(p.series) for p in section.plots}
+    [plot] = section.plots  # one figure, a facet per sweep
+    labels = {p.title.split(":")[1].split()[1]: list(p.series) for p in plot.facets}
     assert f"{SCORE_TERMS[False]} (b*h*n*m)" in labels["jax/blockwise"]
 
 

@@ -13,7 +13,8 @@ Where things are:
   (regressions across commits) and :mod:`.sections_profile` (profiler traces).
 - :mod:`.build`: the section list in page order, :func:`~.build.build_report` and
   :func:`~.build.write_report` (never overwrites).
-- :mod:`.html`, :mod:`.markdown`, :mod:`.plots`, :mod:`.formatting`: rendering.
+- :mod:`.html`, :mod:`.markdown`, :mod:`.plots`, :mod:`.formatting`: rendering;
+  :mod:`.excerpt`: which rows of a per-cell table the pages show (its CSV holds them all).
 
 This package's ``__init__`` imports nothing, so importing one of its modules loads only
 what that module needs.

@@ -160,13 +160,16 @@ def check_outputs(out: str | Path, results_root: str | Path) -> dict[str, Path]:
 
 
 def write_report(report: Report, out: str | Path) -> dict[str, Path]:
-    """Write the HTML page, the Markdown export and the CSV tables; returns their paths."""
-    from mhabench.report.html import csv_name, render_html
+    """Write the HTML page, the Markdown export and the CSV tables (every row of every
+    table; the pages show a per-cell table's worst rows and link its CSV); returns their
+    paths."""
+    from mhabench.report.excerpt import csv_name
+    from mhabench.report.html import render_html
     from mhabench.report.markdown import render_markdown
 
     paths = check_outputs(out, report.results_root)
     paths["html"].parent.mkdir(parents=True, exist_ok=True)
-    html = render_html(report)  # render everything before writing anything
+    html = render_html(report, paths["tables"].name)  # render all before writing anything
     markdown = render_markdown(report, paths["tables"].name)
     paths["tables"].mkdir()
     for section in report.sections:

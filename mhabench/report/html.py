@@ -1,10 +1,13 @@
-"""Render a :class:`mhabench.report.types.Report` as one self-contained HTML page (plots
-embedded as base64 PNG, no network). Every string from the results (machine names,
-params, config ids) goes through :func:`html.escape`.
+"""Render a :class:`mhabench.report.types.Report` as one HTML page that opens offline:
+plots embedded as base64 PNG, no network; its only links out are to the CSV files beside
+it. Every string from the results (machine names, params, config ids) goes through
+:func:`html.escape`.
 
 The page answers first: the title, the findings (one line per question and machine, each
 linking to its evidence), then the contents and the sections. A section opens with its
-plots and summary tables; its per-cell tables are collapsed ``<details>`` blocks."""
+plots and summary tables (whole; one longer than :data:`MAX_OPEN_ROWS` collapsed); its
+per-cell tables are collapsed ``<details>`` blocks showing their worst rows, with a line
+linking the CSV that holds them all (:mod:`mhabench.report.excerpt`)."""
 
 from __future__ import annotations
 
@@ -13,11 +16,13 @@ import html
 import json
 from typing import Any
 
+from mhabench.report.excerpt import csv_href, csv_name, excerpt
 from mhabench.report.formatting import format_value, is_number
+from mhabench.report.palette import series_labels
 from mhabench.report.plots import plot_png
 from mhabench.report.types import Plot, Report, Section, Table
 
-# A summary table longer than this is collapsed like a per-cell one.
+# A summary table longer than this is collapsed (whole) like a per-cell one.
 MAX_OPEN_ROWS = 20
 STYLE = """
 body { font-family: sans-serif; margin: 1em auto; max-width: 86em; color: #222;
@@ -42,6 +47,7 @@ figure.small { display: inline-block; margin: 0.5em; vertical-align: top; }
 details { margin: 0.3em 0 1em; }
 summary { cursor: pointer; color: #235; }
 .scroll { overflow-x: auto; max-height: 40em; overflow-y: auto; }
+p.more { margin: 0 0 0.5em; font-size: 0.85em; }
 """
 
 
@@ -49,13 +55,8 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def csv_name(section: Section, table: Table) -> str:
-    """The CSV file a table is written to, in the report's ``NAME_tables/`` folder."""
-    return f"{section.id}--{table.name}.csv"
-
-
 def table_html(table: Table) -> str:
-    frame = table.frame
+    frame = excerpt(table).frame
     head = "".join(f"<th>{_e(c)}</th>" for c in frame.columns)
     rows = []
     for record in frame.itertuples(index=False):
@@ -68,20 +69,31 @@ def table_html(table: Table) -> str:
 
 
 def collapsed(table: Table) -> bool:
+    """Shown in a ``<details>`` block: a per-cell table, or a long summary."""
     return table.detail or len(table.frame) > MAX_OPEN_ROWS
 
 
-def details_html(section: Section, table: Table) -> str:
-    return (f"<details><summary>{_e(table.title)} ({len(table.frame)} rows; also "
-            f"<code>{_e(csv_name(section, table))}</code>)</summary>{table_html(table)}"
-            "</details>")
+def details_html(section: Section, table: Table, tables_dir: str) -> str:
+    """A collapsed table; a long per-cell one shows its worst rows and a line linking the
+    CSV that holds the rest."""
+    shown = excerpt(table)
+    name = csv_name(section, table)
+    if not shown.hidden:
+        return (f"<details><summary>{_e(table.title)} ({len(table.frame)} rows; also "
+                f"<code>{_e(name)}</code>)</summary>{table_html(table)}</details>")
+    rows = f"{len(shown.frame)} of {len(table.frame)} rows" + (
+        f", {shown.order}" if shown.order else "")
+    return (f"<details><summary>{_e(table.title)} ({_e(rows)})</summary>{table_html(table)}"
+            f'<p class="more">{shown.hidden} more rows in <a href="'
+            f'{_e(csv_href(section, table, tables_dir))}">{_e(name)}</a></p></details>')
 
 
 def plot_html(plot: Plot) -> str:
     data = base64.b64encode(plot_png(plot)).decode("ascii")
     size = ' class="small"' if plot.small else ""
     # each line's colour and marker, for readers and tests that check them apart
-    styles = json.dumps([[label, *plot.styles.get(label, ("", ""))] for label in plot.series])
+    styles = json.dumps([[label, *plot.styles.get(label, ("", ""))]
+                         for label in series_labels(plot)])
     return (f'<figure{size} data-styles="{_e(styles)}" data-style="{_e(plot.style)}">'
             f'<img src="data:image/png;base64,{data}" alt="{_e(plot.title)}">'
             f"<figcaption>{_e(plot.title)}</figcaption></figure>")
@@ -98,7 +110,8 @@ def findings_html(section: Section) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def section_html(section: Section) -> str:
+def section_html(section: Section, tables_dir: str) -> str:
+    """``tables_dir``: the CSV folder's path relative to the page (its name)."""
     parts = [f'<section id="{_e(section.id)}"><h2>{_e(section.title)}</h2>']
     if section.absent:
         parts.append(f'<p class="absent">{_e(section.absent)}</p>')
@@ -107,13 +120,14 @@ def section_html(section: Section) -> str:
     parts += [plot_html(p) for p in section.plots]
     parts += [table_html(t) for t in section.tables if not collapsed(t)]
     parts += [f"<p>{_e(t)}</p>" for t in section.text]
-    parts += [details_html(section, t) for t in section.tables if collapsed(t)]
+    parts += [details_html(section, t, tables_dir) for t in section.tables if collapsed(t)]
     parts.append("</section>")
     return "\n".join(parts)
 
 
-def render_html(report: Report) -> str:
-    """The page: title, the findings section (the report's first), contents, the rest."""
+def render_html(report: Report, tables_dir: str) -> str:
+    """The page: title, the findings section (the report's first), contents, the rest.
+    ``tables_dir``: the CSV folder's path relative to the page (its name)."""
     first, rest = report.sections[:1], report.sections[1:]
     nav = "".join(f'<li><a href="#{_e(s.id)}">{_e(s.title)}</a></li>' for s in report.sections)
     nav += '<li><a href="#warnings">Loading warnings</a></li>'  # every section is in the TOC
@@ -123,8 +137,8 @@ def render_html(report: Report) -> str:
             f"<h1>{_e(report.title)}</h1><p class=lead>Results folder: <code>"
             f"{_e(report.results_root)}</code>. Times are medians of asv's samples from each "
             f"machine's newest commit.</p>\n"
-            + "\n".join(section_html(s) for s in first)
+            + "\n".join(section_html(s, tables_dir) for s in first)
             + f"<nav><h2>Contents</h2><ol>{nav}</ol></nav>\n"
-            + "\n".join(section_html(s) for s in rest)
+            + "\n".join(section_html(s, tables_dir) for s in rest)
             + f'\n<section id="warnings"><h2>Loading warnings</h2><ul>{warnings}</ul>'
             "</section></body></html>\n")

@@ -1,13 +1,14 @@
 """Render a :class:`mhabench.report.types.Report` as Markdown: the findings first, then each
-section's text and summary tables in full; per-cell tables are links to their CSV files
-(plots are named, they live in the HTML)."""
+section's text and its summary tables in full; a per-cell table shows the same worst rows
+as the HTML page, with a line linking the CSV file that holds them all (plots are named,
+they live in the HTML)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from mhabench.report.excerpt import csv_href, csv_name, excerpt
 from mhabench.report.formatting import format_value
-from mhabench.report.html import collapsed, csv_name
 from mhabench.report.types import Report, Section, Table
 
 
@@ -15,13 +16,20 @@ def _md_cell(value: Any) -> str:
     return format_value(value).replace("|", "\\|").replace("\n", " ")
 
 
-def table_markdown(table: Table) -> str:
-    frame = table.frame
-    lines = [f"**{table.title}**", "",
+def table_markdown(section: Section, table: Table, tables_dir: str) -> str:
+    shown = excerpt(table)
+    frame = shown.frame
+    title = f"**{table.title}**" + (
+        f" ({len(frame)} of {len(table.frame)} rows"
+        + (f", {shown.order}" if shown.order else "") + ")" if shown.hidden else "")
+    lines = [title, "",
              "| " + " | ".join(_md_cell(c) for c in frame.columns) + " |",
              "|" + "|".join("---" for _ in frame.columns) + "|"]
     lines += ["| " + " | ".join(_md_cell(v) for v in r) + " |"
               for r in frame.itertuples(index=False)]
+    if shown.hidden:
+        lines += ["", f"{shown.hidden} more rows in [{csv_name(section, table)}]"
+                      f"({csv_href(section, table, tables_dir)})"]
     return "\n".join(lines)
 
 
@@ -35,7 +43,7 @@ def findings_markdown(section: Section) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(report: Report, tables_dir: str = "") -> str:
+def render_markdown(report: Report, tables_dir: str) -> str:
     """``tables_dir``: the CSV folder's path relative to the Markdown file (its name)."""
     parts = [f"# {report.title}", "", f"Results folder: `{report.results_root}`", ""]
     for section in report.sections:
@@ -44,15 +52,12 @@ def render_markdown(report: Report, tables_dir: str = "") -> str:
             parts += [f"_{section.absent}_", ""]
         if section.findings:
             parts += [findings_markdown(section), ""]
-        parts += [table_markdown(t) + "\n" for t in section.tables if not collapsed(t)]
+        parts += [table_markdown(section, t, tables_dir) + "\n" for t in section.tables
+                  if not t.detail]
         parts += [p + "\n" for p in section.text]
         if section.plots:
             parts += [f"({len(section.plots)} plot(s) in the HTML report)", ""]
-        for t in section.tables:
-            if collapsed(t):
-                path = f"{tables_dir}/{csv_name(section, t)}" if tables_dir else csv_name(
-                    section, t)
-                parts += [f"- {t.title}: [{csv_name(section, t)}]({path}) "
-                          f"({len(t.frame)} rows)", ""]
+        parts += [table_markdown(section, t, tables_dir) + "\n" for t in section.tables
+                  if t.detail]
     parts += ["## Loading warnings", ""] + [f"- {w}" for w in report.warnings or ["none"]]
     return "\n".join(parts) + "\n"

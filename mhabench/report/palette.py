@@ -51,6 +51,11 @@ def split_label(label: str) -> tuple[str, str] | None:
     return framework, backend
 
 
+def series_labels(plot: Plot) -> list[str]:
+    """Every series label of ``plot``: its own, or its facets' in order (each once)."""
+    return list(dict.fromkeys(label for part in plot.facets or [plot] for label in part.series))
+
+
 class Palette:
     """The colours of one report: built-ins fixed, the backends in ``extra`` next."""
 
@@ -65,11 +70,11 @@ class Palette:
         return Style(BACKEND_COLOURS[slot], markers[lap % len(markers)])
 
     def styles(self, plot: Plot) -> dict[str, Style]:
-        """A style per series of ``plot``: backends by palette, the rest neutral in order
-        (so a model term keeps its colour from plot to plot)."""
+        """A style per series of ``plot`` (of all its facets): backends by palette, the rest
+        neutral in order (so a model term keeps its colour from plot to plot)."""
         out: dict[str, Style] = {}
         neutral = 0
-        for label in plot.series:
+        for label in series_labels(plot):
             parts = split_label(label)
             if parts is not None:
                 out[label] = self.backend(*parts)

@@ -1,11 +1,15 @@
 """Draw a :class:`mhabench.report.types.Plot` as PNG bytes with matplotlib's Agg backend:
 each series in the colour and marker the report's palette gave it, one panel per framework
-where one panel would hold more than :data:`MAX_LINES` lines, ticks at the measured x."""
+where one panel would hold more than :data:`MAX_LINES` lines (a plot's facets: one panel
+each, under one legend), ticks at the measured x. A figure is drawn at :data:`DPI`, one
+pixel of the PNG per CSS pixel of the page, which shows it at that size."""
 
 from __future__ import annotations
 
 import io
+import math
 import textwrap
+from dataclasses import replace
 from typing import Any
 
 from mhabench.report.formatting import format_value
@@ -14,6 +18,16 @@ from mhabench.report.types import Plot
 
 MAX_LINES = 6  # more lines than this in one panel: one panel per framework
 MAX_TICKS = 12  # at most this many measured x values get a tick each
+DPI = 90
+# Figure sizes in inches (at DPI): one panel, two side by side, a thumbnail; a facet's
+# panel, small and not, and how many facets (with the legend's cell) share a row.
+SIZE_ONE, SIZE_TWO, SIZE_SMALL = (6.4, 3.8), (10.0, 3.8), (4.8, 2.8)
+FACET, FACET_SMALL = (3.8, 3.0), (2.8, 2.4)
+FACET_COLUMNS, FACET_COLUMNS_SMALL = 3, 4
+# Palette entries of a compacted PNG: as many keep each line's colour within 8 of 255 on
+# a plot of twelve backends (fewer shift some further), and the antialiased edges need no
+# more.
+COLOURS = 128
 
 
 def panels(plot: Plot) -> list[tuple[str, list[str]]]:
@@ -31,13 +45,13 @@ def panels(plot: Plot) -> list[tuple[str, list[str]]]:
 
 
 def _compact(png: bytes) -> bytes:
-    """The PNG as 8-bit palette colour: a plot has few colours, so a third of the bytes.
-    Maximum coverage keeps every line's colour (median cut, the default, shifts some by
-    up to 40 of 255 and can turn a purple line grey)."""
+    """The PNG as palette colour (:data:`COLOURS`): a plot has few colours, so a third of
+    the bytes. Maximum coverage keeps every line's colour (median cut, the default, shifts
+    some by up to 40 of 255 and can turn a purple line grey)."""
     from PIL import Image
 
     image = Image.open(io.BytesIO(png)).convert("RGB").quantize(
-        colors=256, method=Image.Quantize.MAXCOVERAGE)
+        colors=COLOURS, method=Image.Quantize.MAXCOVERAGE)
     out = io.BytesIO()
     image.save(out, format="PNG", optimize=True)
     return out.getvalue()
@@ -50,22 +64,59 @@ def plot_png(plot: Plot) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if plot.facets:
+        return _facets_png(plot)
     groups = panels(plot)
-    width = (4.8, 2.8) if plot.small else (7.5 if len(groups) == 1 else 11.5, 4.5)
-    fig, axes = plt.subplots(1, len(groups), figsize=width, dpi=90, sharey=True,
+    size = SIZE_SMALL if plot.small else SIZE_ONE if len(groups) == 1 else SIZE_TWO
+    fig, axes = plt.subplots(1, len(groups), figsize=size, dpi=DPI, sharey=True,
                              squeeze=False)
     try:
         for ax, (name, labels) in zip(axes[0], groups, strict=True):
             _draw(ax, plot, labels, name)
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-        return _compact(buffer.getvalue())
+        return _png(fig)
     finally:
         plt.close(fig)
 
 
-def _draw(ax: Any, plot: Plot, labels: list[str], panel: str) -> None:
+def _png(fig: Any) -> bytes:
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return _compact(buffer.getvalue())
+
+
+def _facets_png(plot: Plot) -> bytes:
+    """The facets in a grid, one panel each (its own axes' ranges) in the plot's styles,
+    the legend in the cell after the last."""
+    import matplotlib.pyplot as plt
+
+    small = all(f.small for f in plot.facets)
+    columns = min(len(plot.facets) + 1, FACET_COLUMNS_SMALL if small else FACET_COLUMNS)
+    rows = math.ceil((len(plot.facets) + 1) / columns)
+    width, height = FACET_SMALL if small else FACET
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), dpi=DPI,
+                             squeeze=False)
+    one_y = len({f.ylabel for f in plot.facets}) == 1
+    try:
+        cells = list(axes.flat)
+        legend: dict[str, Any] = {}
+        for i, (ax, facet) in enumerate(zip(cells, plot.facets, strict=False)):
+            _draw(ax, replace(facet, small=True, styles=plot.styles), list(facet.series), "",
+                  legend=False)
+            legend.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+            if one_y and i % columns:
+                ax.set_ylabel("")  # the row's first panel names y for all
+        for ax in cells[len(plot.facets):]:
+            ax.axis("off")
+        cells[len(plot.facets)].legend(list(legend.values()), list(legend), loc="center",
+                                       fontsize=7, title=textwrap.fill(plot.title, 40),
+                                       title_fontsize=8)
+        return _png(fig)
+    finally:
+        plt.close(fig)
+
+
+def _draw(ax: Any, plot: Plot, labels: list[str], panel: str, legend: bool = True) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     for label, (x, y) in plot.dots.items():
@@ -108,7 +159,8 @@ def _draw(ax: Any, plot: Plot, labels: list[str], panel: str) -> None:
     ax.set_xlabel(plot.xlabel)
     ax.set_ylabel(plot.ylabel)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6 if plot.small else 7)
+    if legend:
+        ax.legend(fontsize=6 if plot.small else 7)
 
 
 def _stacked(ax: Any, plot: Plot) -> None:

@@ -56,8 +56,7 @@ def _scaling_plot(rows: list[dict], axis: str, machine: str) -> Plot | None:
         slices.setdefault(tuple(r[k] for k in fixed), []).append(r)
     key, chosen = max(slices.items(), key=lambda kv: (len(kv[1]), kv[0][4] == 8))
     where = ", ".join(f"{k} {v}" for k, v in zip(fixed[:6], key, strict=False))
-    return Plot(f"Time against {axis} on {machine} ({where}; log-log: the slope is the "
-                "exponent)", axis, "time (ms)",
+    return Plot(f"Against {axis}: {where}", axis, "time (ms)",
                 {f"{r['framework']}/{r['backend']}": (g[axis].astype(float).tolist(),
                                                       g["time_ms"].tolist())
                  for r in chosen if (g := r["_group"].sort_values(axis)) is not None},
@@ -72,8 +71,12 @@ def scaling_section(ctx: Context) -> Section:
     if not rows:
         return Section("", "", absent="No config measured at several n or several d with "
                                       "everything else fixed.")
-    plots = [p for axis in ("n", "d") for machine in sorted({r["machine"] for r in rows})
-             if (p := _scaling_plot(rows, axis, machine)) is not None]
+    plots = []
+    for machine in sorted({r["machine"] for r in rows}):  # one figure: n and d side by side
+        facets = [p for axis in ("n", "d") if (p := _scaling_plot(rows, axis, machine))]
+        if facets:
+            plots.append(Plot(f"Time against n and d on {machine} (log-log: the slope is the "
+                              "exponent)", "", "time (ms)", {}, facets=facets))
     table = pd.DataFrame([{k: v for k, v in r.items() if k != "_group"} for r in rows])
     keep = ["machine", "framework", "backend", "device", "mode", "batch", "heads", "n", "d",
             "axis", "values", "measured exponent", "FLOP model exponent"]
@@ -86,8 +89,7 @@ def scaling_section(ctx: Context) -> Section:
     section = Section("", "", plots=plots, tables=[
         Table("summary", "Fitted exponents per backend (time ~ axis^k; median over the "
               "slices timed)", summary),
-        Table("exponents", "Fitted exponents: time ~ axis^k, every slice", table,
-              detail=True)])
+        Table("exponents", "Fitted exponents: time ~ axis^k, every slice", table)])
     for axis in ("n", "d"):
         sub = table[table["axis"] == axis]
         if len(sub):
@@ -122,7 +124,7 @@ def cross_section(ctx: Context) -> Section:
                       ["machine", "framework", "backend"],
                       ["cross/self time", "cross/self FLOPs"])),
         Table("cross", "Cross-attention (n queries over m keys) against self-attention over n",
-              table, detail=True)])
+              table, detail=True, rank="cross/self time")])
     section.text.append("Cross-attention's cost is linear in m for the scores and mixing and "
                         "the key/value projections (Exercise 7); the table compares each cross "
                         "cell with the self-attention cell of the same n where one was timed.")
@@ -156,7 +158,7 @@ def variants_section(ctx: Context) -> Section:
               medians(shrunk, ["machine", "framework", "backend", "variant"],
                       ["time / MHA", "KV cache / MHA"])),
         Table("variants", "MHA, GQA and MQA: time, parameters and KV-cache bytes per token",
-              table, detail=True)])
+              table, detail=True, rank="time / MHA")])
     section.text.append("Fewer key/value heads shrink the key/value projections' parameters "
                         "and the KV cache by h/h_kv; the time column shows what that buys.")
     return section
@@ -194,7 +196,7 @@ def decoding_section(ctx: Context) -> Section:
               medians(table, ["machine", "framework", "backend"],
                       ["recomputed/cached time", "model FLOP ratio"])),
         Table("decode", "Decoder step with cached keys/values against recomputing them",
-              table, detail=True)])
+              table, detail=True, rank="recomputed/cached time", rank_order="low")])
     if table["recomputed (ms)"].isna().all():
         section.text.append("No matching forward cross-attention cells were timed, so only the "
                             "cached step and the model's FLOP ratio are shown.")
@@ -241,7 +243,7 @@ def _kv_cache_table(t: pd.DataFrame) -> Section | None:
               medians(table, ["machine", "framework", "backend"],
                       ["prefix/decode time", "cache read rate (GB/s)"])),
         Table("kv-cache", "One decode step over a KV cache of m against recomputing the prefix",
-              table, detail=True)])
+              table, detail=True, rank="prefix/decode time", rank_order="low")])
     section.text.append(
         "A decode step projects the new token's q, k and v, writes k and v into the cache at "
         "position m and attends over the m + 1 positions it holds; every timed call starts "
@@ -271,7 +273,8 @@ def train_section(ctx: Context) -> Section:
     section = Section("", "", tables=[
         Table("summary", "Forward + backward over forward per backend (medians)",
               medians(table, ["machine", "framework", "backend"], ["ratio"])),
-        Table("train", "Forward + backward against forward", table, detail=True)])
+        Table("train", "Forward + backward against forward", table, detail=True,
+              rank="ratio")])
     section.text.append(f"The cost model counts a training step as {TRAIN_FACTOR}x the forward "
                         f"FLOPs; measured ratios run from {table['ratio'].min():.2f} to "
                         f"{table['ratio'].max():.2f} (median {table['ratio'].median():.2f}).")
@@ -322,7 +325,8 @@ def frameworks_section(ctx: Context) -> Section:
               "(geometric mean over h)", top),
         Table("summary", "JAX over PyTorch per backend (medians over the configs timed in "
               "both)", medians(table, ["machine", "backend"], ["JAX/PyTorch"])),
-        Table("torch-vs-jax", "The same configs in PyTorch and JAX", table, detail=True)])
+        Table("torch-vs-jax", "The same configs in PyTorch and JAX", table, detail=True,
+              rank="JAX/PyTorch", rank_order="far from 1")])
     section.facts["best"] = best
     med = table.groupby("backend")["JAX/PyTorch"].median()
     section.text.append("Median JAX/PyTorch time ratio per backend (below 1: JAX faster): "

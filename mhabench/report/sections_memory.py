@@ -21,10 +21,15 @@ def kernels_section(ctx: Context) -> Section:
                        "reference cells ran is unknown.")
     counts = (table.groupby(["machine", "framework", "backend", "device", "dtype", "kernel"])
               .size().rename("cells").reset_index())
+    # the cells worth a look first: fallbacks to math, then kernels other than predicted
+    first = np.select([table["note"].str.startswith("fallback"), table["note"].ne("")],
+                      [0, 1], 2)
     section = Section("", "", tables=[
         Table("counts", "Kernels that ran, per framework, backend, device and dtype", counts),
-        Table("cells", "Every fused and reference cell: the kernel that ran", table,
-              detail=True)])
+        Table("cells", "Every fused and reference cell: the kernel that ran (fallbacks and "
+              "kernels other than predicted first)",
+              table.iloc[np.argsort(first, kind="stable")]
+              .reset_index(drop=True), detail=True)])
     fallbacks = table[table["note"].str.startswith("fallback")]
     section.text.append(
         "A fused call names a library function, not a kernel: torch's SDPA picks flash, "
@@ -72,10 +77,9 @@ def memory_section(ctx: Context) -> Section:
                for (m, fw, be, dev, mode), g in table.groupby([*keys, "mode"])]
     section = Section("", "", tables=[
         Table("summary", "Step memory per backend: measured against the cost model", summary),
-        Table("by-mode", "Step memory per backend and mode", pd.DataFrame(by_mode),
-              detail=True),
+        Table("by-mode", "Step memory per backend and mode", pd.DataFrame(by_mode)),
         Table("cells", "Every cell: the step's own memory against the model's working set",
-              table, detail=True)])
+              table, detail=True, rank="measured/model", rank_order="far from 1")])
     section.text.append(
         "Measured: the live peak of the step's own allocations, the most bytes it had "
         "allocated and not freed at once (torch, CPU: the profiler's memory events; JAX, CPU: "
@@ -131,7 +135,8 @@ def _rss_crosscheck(section: Section, ctx: Context, table: pd.DataFrame) -> None
         "live peak (MiB)": cells["measured (MiB)"], "RSS (MiB)": cells["RSS (MiB)"],
         "RSS - live (MiB)": diff, "RSS - live (maps)": diff / maps})
     section.tables.append(Table("rss", "CPU cells: the RSS high-water reading beside the "
-                                "live peak (track_step_bytes)", cells, detail=True))
+                                "live peak (track_step_bytes)", cells, detail=True,
+                                rank="RSS - live (MiB)", rank_order="far from 0"))
     tolerance = np.maximum(AGREE_SHARE * cells["live peak (MiB)"], AGREE_MIB)
     more, less = cells[diff > tolerance], cells[diff < -tolerance]
 

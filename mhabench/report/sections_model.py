@@ -175,15 +175,19 @@ def decomposition_section(ctx: Context) -> Section:
     # every machine gets its share of the plots, each its most telling sweeps first
     machines = sorted({m for m, _, _ in candidates})
     share = max(2, MAX_DECOMPOSITION_PLOTS // max(1, len(machines)))
-    plots = [p for m in machines for _, _, p in sorted(
+    facets = [p for m in machines for _, _, p in sorted(
         (c for c in candidates if c[0] == m), key=lambda c: c[1])[:share]]
+    # one figure: the terms keep one colour across the sweeps, under one legend
+    plots = [Plot("Model terms against h, stacked, with each sweep's measured time",
+                  "heads h", "time (ms)", {}, style="stacked", facets=facets)] if facets else []
     section = Section("", "", plots=plots, tables=[
         Table("summary", "The Exercise 6.4 sweeps split into the time model's terms (shares "
               "only where the model fits the sweep)", _decomposition_summary(table)),
         Table("decomposition", "Each sweep's h-trend split into the time model's terms "
-              "(shares only where the model fits the sweep)", table, detail=True),
+              "(shares only where the model fits the sweep)", table),
         Table("residuals", "The model against each sweep's measurement at every h",
-              pd.DataFrame(residuals), detail=True)])
+              pd.DataFrame(residuals), detail=True, rank="residual (%)",
+              rank_order="far from 0")])
     section.text.extend(_decomposition_method())
     section.text.extend(_decomposition_verdicts(table))
     return section
@@ -267,7 +271,7 @@ def timemodel_section(ctx: Context) -> Section:
                                       f"({MIN_CELLS} per group).")
     section = Section("", "", tables=[Table("coefficients", "Fitted coefficients per group "
                                             "(and groups too small to fit)",
-                                            _coefficients(ctx), detail=True)])
+                                            _coefficients(ctx))])
     section.text.append(
         "Each group gets the richest model with fewer coefficients (non-zero terms) than it "
         f"has cells, down to FLOPs + a constant; a group with fewer than {MIN_CELLS} cells "
@@ -285,10 +289,11 @@ def timemodel_section(ctx: Context) -> Section:
     section.tables[:0] = [
         Table("accuracy", "Leave-out relative error (%) per machine: calibrated model and the "
               "plain FLOP model at one rate", per_machine),
-        Table("leave-out", "Leave-out relative error (%) per group", per_group, detail=True)]
+        Table("leave-out", "Leave-out relative error (%) per group", per_group)]
     section.tables.append(Table("leave-out-cells", "Every left-out cell: measured, predicted "
                                 "and where it lies outside its fold's fitted ranges",
-                                errors.drop(columns="extrapolated"), detail=True))
+                                errors.drop(columns="extrapolated"), detail=True,
+                                rank="rel_error"))
     section.facts["leave_out"] = errors
     met = "meets" if overall["median_rel_error"] <= TARGET_MEDIAN_ERROR else "misses"
     inside = errors[~errors["extrapolated"]]
@@ -332,12 +337,14 @@ def _residual_plots(section: Section, errors: pd.DataFrame, ctx: Context) -> Non
     if residuals.empty:
         return
     labels = residuals["framework"] + "/" + residuals["backend"]
-    for name, label in RESIDUAL_FIELDS.items():
-        series = {lab: (g[name].astype(float).tolist(), (100 * g["residual"]).tolist())
-                  for lab, g in residuals.groupby(labels, sort=True)}
-        section.plots.append(Plot(f"Left-out residual against {label}", label,
-                                  "predicted / measured - 1 (%)", series, logx=True,
-                                  style="scatter", small=True))
+    ylabel = "predicted / measured - 1 (%)"
+    facets = [Plot("", label, ylabel,
+                   {lab: (g[name].astype(float).tolist(), (100 * g["residual"]).tolist())
+                    for lab, g in residuals.groupby(labels, sort=True)},
+                   logx=True, style="scatter", small=True)
+              for name, label in RESIDUAL_FIELDS.items()]
+    section.plots.append(Plot("Left-out residual against each field", "", ylabel, {},
+                              style="scatter", facets=facets))
     trends = field_trends(residuals)
     section.tables.append(Table("residual-trends", "Left-out residuals against each field: "
                                 "rank correlation and verdict", trends))

@@ -168,10 +168,9 @@ def exercise_section(ctx: Context) -> Section:
     section = Section("", "", tables=[
         *([Table("summary", "The Exercise 6.4 sweep on each machine: time at the smallest "
                  "and largest h, fastest at the largest h first", ex)] if len(ex) else []),
-        Table("ratios", "Slowest over fastest head count, every head sweep", summary,
-              detail=True),
+        Table("ratios", "Slowest over fastest head count, every head sweep", summary),
         Table("sweeps", "Time per head count, relative to the sweep's best h",
-              pd.DataFrame(detail), detail=True)])
+              pd.DataFrame(detail), detail=True, rank="t(h)/t(best h)")])
     section.text.append(
         "Exercise 6.4 asks whether h is free at fixed d: at fixed d the FLOP model does not "
         "change with h, while the score elements b*h*n*m grow with it. The sweep shown is "
@@ -216,7 +215,8 @@ def model_section(ctx: Context) -> Section:
         Table("summary", "Achieved rate per machine, framework and backend",
               summary.reset_index()),
         Table("cells", "Each timed cell against the FLOP model (flops_model = 8nd^2 + 4n^2 d "
-              "for self-attention MHA)", table.reset_index(drop=True), detail=True)])
+              "for self-attention MHA)", table.reset_index(drop=True), detail=True,
+              rank="measured/predicted at peak")])
     if peak.notna().any():
         best = summary["median % of peak"].dropna()
         section.text.append(

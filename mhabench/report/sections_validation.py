@@ -63,7 +63,8 @@ def validation_section(ctx: Context) -> Section:
         Table("by-mode", "Relative error per mode, as measured (%)"
               + (f", {len(validations)} samples pooled" if several else ""), by_mode),
         Table("random-configs", "Random configs off the grid, timed fresh: measured against "
-              "predicted", _configs_table(pooled), detail=True)])
+              "predicted", _configs_table(pooled), detail=True, rank="error (%)",
+              rank_order="far from 0")])
     section.text.append(_newest_text(data, rows))
     if several:
         tail = pooled_tail(validations)

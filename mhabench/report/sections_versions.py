@@ -43,7 +43,8 @@ def versions_section(ctx: Context) -> Section:
         section.text.append("Time taken: " + ", ".join(f"{k} {v:.0f} s"
                                                       for k, v in seconds.items()) + ".")
     section.tables.append(Table("cells", "Each cell: verdict, new/base and the kernel each "
-                                "side ran", cells_frame(summary)))
+                                "side ran (the worst verdicts first)", cells_frame(summary),
+                                detail=True))
     compiled = compile_frame(summary)
     if len(compiled):
         section.tables.append(Table("compile", "Compile time on each side: one process a "

@@ -11,17 +11,37 @@ from typing import Any
 
 import pandas as pd
 
+# How a per-cell table ranks its rows, worst first: the largest values, the smallest, the
+# largest magnitudes (a signed residual) or the farthest from 1 either way (a ratio).
+RANK_ORDERS = ("high", "low", "far from 0", "far from 1")
+
 
 @dataclass
 class Table:
-    """A table with units in its column names; ``name`` names its CSV file. A ``detail``
-    table (one row per cell) is collapsed in the HTML and only linked from the Markdown;
-    the others are a section's summary."""
+    """A table with units in its column names; ``name`` names its CSV file, which holds
+    every row. A ``detail`` table has a row per cell (or pair of cells), so it grows with
+    the grid: the pages show its worst rows, ranked by column ``rank`` in ``rank_order``
+    (:data:`RANK_ORDERS`; its first rows where ``rank`` is None), and link the CSV for the
+    rest (:mod:`mhabench.report.excerpt`). The others are a section's summary, shown whole."""
 
     name: str
     title: str
     frame: pd.DataFrame
     detail: bool = False
+    rank: str | None = None
+    rank_order: str = "high"
+
+    def __post_init__(self) -> None:
+        if self.rank_order not in RANK_ORDERS:
+            raise ValueError(f"rank_order {self.rank_order!r} of table {self.name!r} is not "
+                             f"allowed; use one of {', '.join(map(repr, RANK_ORDERS))}")
+        if self.rank is not None and not self.detail:
+            raise ValueError(f"rank {self.rank!r} of table {self.name!r} is not allowed: a "
+                             "summary table is shown whole; rank only a detail table")
+        if self.rank is not None and len(self.frame.columns) and (
+                self.rank not in self.frame.columns):
+            raise ValueError(f"rank {self.rank!r} of table {self.name!r} is not one of its "
+                             f"columns: {', '.join(map(str, self.frame.columns))}")
 
 
 @dataclass
@@ -35,6 +55,11 @@ class Plot:
     (e.g. commit hashes), ``marks`` draws a dashed vertical line at each x, and ``small``
     makes a thumbnail-sized figure. ``styles`` gives each series its (colour, marker),
     filled from the report's palette (:mod:`mhabench.report.palette`) before rendering.
+
+    ``facets`` makes the plot small multiples: each facet (a plot with its own title, axes
+    and series; ``small`` ones in more columns) is a panel of one figure, under one legend
+    in the plot's ``styles``; the plot's own ``series`` then stays empty. One figure for a
+    family of views (a residual against each field) spares a legend and axes per view.
     """
 
     title: str
@@ -51,6 +76,7 @@ class Plot:
     marks: list[float] = field(default_factory=list)
     small: bool = False
     styles: dict[str, tuple[str, str]] = field(default_factory=dict)
+    facets: list[Plot] = field(default_factory=list)
 
 
 @dataclass
