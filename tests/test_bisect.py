@@ -229,3 +229,15 @@ def test_bad_input_is_one_clear_line(repo33, tmp_path) -> None:
                            hashes[2]], cwd=repo, capture_output=True, text=True)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "not an ancestor" in done.stderr
+
+
+def test_a_dry_run_says_the_range_cells_and_time_and_runs_nothing() -> None:
+    root = Path(__file__).resolve().parents[1]
+    before = set((root / BISECT_DIR).glob("*"))
+    done = subprocess.run([sys.executable, "-m", "mhabench.cli", "bisect", "HEAD~4", "HEAD",
+                           "-b", r"^bench_gqa\.MhaGqaMqa\.time_step\('torch', 'batched'",
+                           "--dry-run"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"bisect: 4 commits, 3 time cell\(s\); the ends take about \d+ min, "
+                     r"and each of about 2 probes", done.stderr), done.stderr
+    assert set((root / BISECT_DIR).glob("*")) == before

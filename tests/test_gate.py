@@ -5,6 +5,7 @@ verdicts, the new folder each run keeps, and its bad input."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -171,3 +172,24 @@ def test_rounds_import_only_the_frameworks_their_cells_name() -> None:
     assert preimport([r"time_step\('jax', "]) == ["jax"]
     assert preimport([r"time_step\('jax', ", "bench_heads"]) == ["torch", "jax"]
     assert preimport([]) == ["torch", "jax"]
+
+
+def test_the_gate_says_one_commit_and_its_time_before_it_starts() -> None:
+    """``mhabench gate HEAD HEAD`` without -b would time the whole grid against itself:
+    it says both sides are one commit and how long the selection takes; ``--dry-run``
+    stops there, having run nothing."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "mhabench.cli", "gate", "HEAD", "HEAD",
+                           "--dry-run"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "MHABENCH_GRID": "quick"})
+    assert done.returncode == 0, done.stderr
+    assert "are one commit" in done.stderr and "measures only the noise" in done.stderr
+    every = int(re.search(r"gate: (\d+) time cell\(s\)", done.stderr).group(1))
+    narrow = subprocess.run([sys.executable, "-m", "mhabench.cli", "gate", "HEAD", "HEAD",
+                             "-b", r"^bench_heads\.HeadsAtFixedWidth\.time_step\('torch', "
+                             r"'fused'", "--dry-run"], cwd=root, capture_output=True,
+                            text=True, env={**os.environ, "MHABENCH_GRID": "quick"})
+    assert re.search(r"gate: 3 time cell\(s\); the screen \(8 rounds of both commits\) "
+                     r"takes about \d+ min", narrow.stderr), narrow.stderr
+    assert every > 100  # the quick grid's time cells, all of them
+    assert "h, and confirming" in done.stderr  # hours, said before any of them start

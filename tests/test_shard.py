@@ -21,10 +21,11 @@ import pytest
 from conftest import EXAMPLES, ROOT
 from support import slurm_cluster
 
+from mhabench.asvproject.cell_time import cell_seconds
 from mhabench.asvproject.cells import Cell
 from mhabench.cluster.fanout import ci_matrix, k8s_job
 from mhabench.cluster.merge import MergeError, merge
-from mhabench.cluster.shard import Plan, Shard, balance, cell_seconds, load_plan, make_plan
+from mhabench.cluster.shard import Plan, Shard, balance, load_plan, make_plan
 from mhabench.cluster.shard_run import attempted, check_shards, done_cells, finite_cells
 
 FIXTURE = ROOT / "tests" / "fixtures" / "asv_results"

@@ -332,3 +332,12 @@ def test_identical_sides_flag_nothing(scratch) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     verdicts = _verdicts(_summary(done))
     assert len(verdicts) == 2 and set(verdicts.values()) <= {"unchanged", "cleared"}, verdicts
+
+
+def test_one_dependency_set_on_both_sides_is_said_before_anything_runs() -> None:
+    done = _versions("", "", "-b", r"^bench_heads\.HeadsAtFixedWidth\.time_step\('jax', 'fused'",
+                     "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "BASE and NEW are one dependency set" in done.stderr
+    assert re.search(r"versions: \d+ time cell\(s\); besides building both environments",
+                     done.stderr), done.stderr

@@ -19,6 +19,8 @@ def add_command(sub: Any) -> None:
                    help="asv -b regex of the benchmarks to follow (repeatable; default "
                         "all), e.g. time_step or '^bench_heads'")
     p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say the range, which cells and how long, and run nothing")
     p.set_defaults(func=run)
 
 
@@ -63,12 +65,26 @@ def lines(search: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import math
+
     from mhabench.cli.common import CLIError
-    from mhabench.compare.bisect import Bisect
+    from mhabench.compare.bisect import FIRST_ROUNDS, MAX_ROUNDS, Bisect
+    from mhabench.compare.estimate import estimate
 
     extra = ["--machine", args.machine] if args.machine else []
     search_run = Bisect(args.good, args.bad, args.bench, asv_args=extra,
                         echo=lambda text: print(text, file=sys.stderr, flush=True))
+    found = estimate(args.bench)
+    commits = len(search_run.search.commits)
+    if found is not None:
+        halvings = math.ceil(math.log2(commits - 1))
+        print(f"mhabench bisect: {commits - 1} commits, {found.cells} time cell(s); the ends "
+              f"take {found.say(2 * FIRST_ROUNDS, 2)}, and each of about {halvings} probes "
+              f"{found.say(FIRST_ROUNDS, 3)} for a clear step, up to "
+              f"{found.say(MAX_ROUNDS, 3)} for a small one (on the cells that changed)",
+              file=sys.stderr)
+    if args.dry_run:
+        return 0
     try:
         search = search_run.run()
     except RuntimeError as err:  # asv failed: its own message, on one line

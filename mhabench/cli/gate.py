@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -20,13 +21,28 @@ def add_command(sub: Any) -> None:
                    help="asv -b regex of the benchmarks to compare (repeatable; default "
                         "all), e.g. time_step or '^bench_heads'")
     p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say which cells and how long, and run nothing")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
+    from mhabench.compare.estimate import estimate
     from mhabench.compare.gate import CONFIRM_ROUNDS, FACTOR, SCREEN_FACTOR, SCREEN_ROUNDS, gate
+    from mhabench.compare.rounds import resolve
 
+    base, head = resolve(Path("."), args.base), resolve(Path("."), args.head)
+    if base == head:
+        print(f"mhabench gate: {args.base} and {args.head} are one commit ({base[:8]}): every "
+              "cell is compared with itself, which measures only the noise", file=sys.stderr)
+    found = estimate(args.bench)
+    if found is not None:
+        print(f"mhabench gate: {found.cells} time cell(s); the screen ({SCREEN_ROUNDS} rounds "
+              f"of both commits) takes {found.say(SCREEN_ROUNDS, 2)}, and confirming every "
+              f"cell it passes on up to {found.say(CONFIRM_ROUNDS, 2)} more", file=sys.stderr)
+    if args.dry_run:
+        return 0
     extra = ["--machine", args.machine] if args.machine else []
     try:
         verdict = gate(args.base, args.head, args.bench, asv_args=extra,

@@ -30,6 +30,8 @@ def add_command(sub: Any) -> None:
     p.add_argument("--grid", default="quick", choices=GRIDS,
                    help="the benchmark grid (MHABENCH_GRID; default quick)")
     p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say which cells and how long, and run nothing")
     p.set_defaults(func=run)
 
 
@@ -58,6 +60,20 @@ def run(args: argparse.Namespace) -> int:
     def echo(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    from mhabench.compare.estimate import estimate
+    from mhabench.compare.rounds import CONFIRM_ROUNDS, SCREEN_ROUNDS
+
+    if args.base.split() == args.new.split():
+        echo(f"mhabench versions: BASE and NEW are one dependency set ({args.base!r}): every "
+             "cell is compared with itself, which measures only the noise")
+    found = estimate(args.bench, grid=args.grid)
+    if found is not None:
+        echo(f"mhabench versions: {found.cells} time cell(s); besides building both "
+             f"environments, the screen ({SCREEN_ROUNDS} rounds of both sides) takes "
+             f"{found.say(SCREEN_ROUNDS, 2)}, and confirming every cell it passes on up to "
+             f"{found.say(CONFIRM_ROUNDS, 2)} more")
+    if args.dry_run:
+        return 0
     try:
         comparison = Comparison(args.base, args.new, args.bench, grid=args.grid,
                                 machine=args.machine, echo=echo)
