@@ -50,3 +50,36 @@ def borrow_frameworks(repo: Path, tmp: Path) -> None:
     conf["install_command"] = [*conf["install_command"], f"python {site_borrower(tmp)}"]
     conf["pythons"] = [f"{sys.version_info.major}.{sys.version_info.minor}"]
     path.write_text(json.dumps(conf, indent=1))
+
+
+UNPACK = """import csv, pathlib, shutil, site, sys, zipfile
+target = pathlib.Path(site.getsitepackages()[0])
+for wheel in map(pathlib.Path, sys.argv[1:]):
+    dist = wheel.name.split("-")[0].lower()
+    for info in target.glob("*.dist-info"):
+        if info.name.split("-")[0].lower().replace("-", "_") == dist:
+            for row in csv.reader((info / "RECORD").open()):
+                path = target / row[0]
+                if path.is_file():
+                    path.unlink()
+            shutil.rmtree(info, ignore_errors=True)
+    zipfile.ZipFile(wheel).extractall(target)
+"""
+
+
+def unpack_installs(repo: Path, tmp: Path, wheel: Path) -> None:
+    """Make the asv.conf.json that init wrote (after :func:`borrow_frameworks`) unpack the
+    package's wheel and the pinned mhabench's instead of pip-installing them: pip's
+    start-up, three times a round, is most of a round for a few sub-millisecond cells (the
+    culprit search's rounds in CI). What is installed, and from which wheels, is the same."""
+    from asv.util import load_json
+
+    script = tmp / "unpack_wheels.py"
+    script.write_text(UNPACK)
+    path = repo / "asv.conf.json"
+    conf = load_json(str(path), js_comments=True)
+    borrow = [c for c in conf["install_command"] if "borrow" in c or "site" in c][-1:]
+    conf["install_command"] = [f"in-dir={{env_dir}} python {script} {{wheel_file}} {wheel}",
+                               *borrow]
+    conf["uninstall_command"] = ["return-code=any python -c pass"]
+    path.write_text(json.dumps(conf, indent=1))

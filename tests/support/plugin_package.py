@@ -60,6 +60,18 @@ def torch_attend(q, k, v, valid_lens, causal=False):
     return torch.nan_to_num(weights / weights.sum(dim=-1, keepdim=True)).to(q.dtype) @ v
 """
 
+# ... and the product with v in float64 as well, for accuracy end to end: the mixing matmul
+# in double precision too, on top of the float64 scores.
+ALL_FLOAT64 = """
+def torch_attend(q, k, v, valid_lens, causal=False):
+    import torch
+
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    mixed = torch.nan_to_num(weights / weights.sum(dim=-1, keepdim=True)) @ v.double()
+    return mixed.to(q.dtype)
+"""
+
 MODULE_TEXT = '''"""Scaled dot-product attention, an mhabench plug-in (release {version})."""
 
 import math
@@ -82,10 +94,12 @@ def write_release(folder: Path, version: str, written_out: bool) -> Path:
 
 
 def write_module(folder: Path, version: str, written_out: bool,
-                 float64: bool = False) -> Path:
+                 float64: bool = False, mixing_float64: bool = False) -> Path:
     """The package's module in ``folder`` (replaced) as of ``version``: the softmax
-    written out (``written_out``), in float64 too (``float64``), or torch's."""
-    body = ((WRITTEN_OUT_FLOAT64 if float64 else WRITTEN_OUT) if written_out else ONE_PASS)
+    written out (``written_out``), in float64 too (``float64``), the mixing with v as well
+    (``mixing_float64``), or torch's."""
+    body = ((ALL_FLOAT64 if mixing_float64 else WRITTEN_OUT_FLOAT64 if float64
+             else WRITTEN_OUT) if written_out else ONE_PASS)
     path = folder / f"{MODULE}.py"
     path.write_text(MODULE_TEXT.format(version=version, name=NAME, body=body))
     return path

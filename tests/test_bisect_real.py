@@ -1,0 +1,151 @@
+"""The culprit search end to end, on a plug-in's own repository: ``mhabench init``, then
+``mhabench bisect`` as a user runs it, over 32 commits of which two change code.
+
+The test plug-in (tests/support/plugin_package.py) at release 1.0, committed and set up
+by ``mhabench init --grid tiny``, then 31 commits that change the README or a comment,
+but two drawn at random (seeded by the test's own draw, printed): one writes the softmax
+out in float64 (its tiny-grid cells 1.45-1.75x slower), a later one does the product with
+v in float64 too (slower again). ``bisect`` over the whole range names both commits and
+only those; over the stretch before the first it reads "no change". The asv environment
+borrows this interpreter's torch and unpacks the wheels instead of pip-installing them
+(tests/support/own_repo.py), as the other real-run tests do, for CI time.
+
+``python tests/test_bisect_real.py N DIR [SCALE]`` repeats a single-change search N times
+on held-back draws and prints one JSON line per search (culprit found, probes, rounds,
+minutes): the figures docs/bisect.md quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.own_repo import borrow_frameworks, mhabench_wheel, plugin_checkout, unpack_installs
+from support.plugin_package import MODULE, write_module
+from support.scratch import ASV, ROOT, commit_all
+
+COMMITS = 32  # after the first, as the culprit search's test asks
+# The plug-in's cells of the head sweep on the tiny grid, h = 4 and 16 (sub-millisecond).
+CELLS = r"^bench_mhabench\.HeadsAtFixedWidth\.time_step\('torch', 'mysdpa', 2, 32, 32, (4|16), "
+
+
+def mhabench(cwd: Path, *args: str, env: dict[str, str], timeout: float = 3000
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mhabench.cli", *args], cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def history(tmp: Path, home: dict[str, str], changes: dict[int, dict[str, bool]],
+            start: dict[str, bool] | None = None) -> tuple[Path, list[str]]:
+    """The plug-in's repository: ``mhabench init``, then COMMITS commits, those in
+    ``changes`` rewriting the module (write_module's keywords), the others a comment or
+    the README; ``start``: the module of the first commit (default release 1.0's)."""
+    repo = plugin_checkout(tmp)
+    if start is not None:
+        write_module(repo, "1.1", written_out=True, **start)
+    wheel = mhabench_wheel(tmp)
+    done = mhabench(repo, "init", "--grid", "tiny", "--mhabench", str(wheel), env=home)
+    assert done.returncode == 0, done.stderr
+    borrow_frameworks(repo, tmp)
+    unpack_installs(repo, tmp, wheel)
+    (repo / ".gitignore").write_text(".asv/\n")
+    commits = [commit_all(repo, "mhabench init")]
+    module = repo / f"{MODULE}.py"
+    for i in range(1, COMMITS + 1):
+        if i in changes:
+            write_module(repo, "1.1", written_out=True, **changes[i])
+            message = f"attention: {', '.join(changes[i])} ({i})"
+        elif i % 2:
+            module.write_text(module.read_text() + f"# note {i}: no code change\n")
+            message = f"a comment ({i})"
+        else:
+            (repo / "README.md").write_text(f"mysdpa, revision {i}\n")
+            message = f"README ({i})"
+        commits.append(commit_all(repo, message))
+    return repo, commits
+
+
+def culprits(out: str) -> list[str]:
+    return re.findall(r"^CULPRIT (\w{8}) ", out, re.MULTILINE)
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_bisect_names_both_changes_and_no_change_before_them(tmp_path: Path,
+                                                             asv_home) -> None:
+    draw = random.Random(os.environ.get("MHABENCH_BISECT_SEED") or time.time_ns())
+    first = draw.randint(4, 20)
+    second = draw.randint(first + 4, COMMITS - 2)
+    print(f"changes at commits {first} and {second}")
+    repo, commits = history(tmp_path, asv_home, {first: {"float64": True},
+                                                 second: {"mixing_float64": True}})
+    env = {**asv_home, "MHABENCH_PREIMPORT": "torch"}
+    start = time.monotonic()
+    both = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS, commits[0],
+                    commits[-1], env=env)
+    seconds = time.monotonic() - start
+    print(both.stdout, f"{seconds:.0f} s")
+    assert both.returncode == 1, (both.stdout + both.stderr)[-3000:]
+    assert culprits(both.stdout) == [commits[first][:8], commits[second][:8]], both.stdout
+    assert "SLOWER" in both.stdout and "faster" not in both.stdout
+    folder = Path(re.search(r"results in (\S+)", both.stdout).group(1))
+    summary = json.loads((folder / "bisect.json").read_text())
+    assert {c["commit"] for c in summary["culprits"]} == {commits[first], commits[second]}
+    assert (folder / "history" / "results" / "pytest-machine").is_dir()
+    assert not (repo / ".asv" / "results").exists()  # results are only added to
+
+    start = time.monotonic()
+    none = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS, commits[0],
+                    commits[first - 1], env=env)
+    print(none.stdout, f"{time.monotonic() - start:.0f} s")
+    assert none.returncode == 0, (none.stdout + none.stderr)[-3000:]
+    assert "no change:" in none.stdout and not culprits(none.stdout)
+
+
+def main(repeats: int, keep: Path, scale: str) -> None:
+    """One change per history, at a drawn commit: ``float64`` (the softmax in float64,
+    1.45-1.75x) or ``mixing`` (from the float64 module, the product with v in float64
+    too: a smaller step); one JSON line per search."""
+    keep.mkdir(parents=True, exist_ok=True)
+    home = keep / "home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "MHABENCH_THREADS": "1"}
+    subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"], cwd=ROOT,
+                   env={**os.environ, **env}, check=True, capture_output=True)
+    draw = random.Random(int(os.environ.get("MHABENCH_BISECT_SEED", "1")))
+    for repeat in range(repeats):
+        at = draw.randint(1, COMMITS)
+        tmp = keep / f"{scale}-{repeat}-{time.strftime('%H%M%S')}"
+        tmp.mkdir()
+        if scale == "float64":
+            repo, commits = history(tmp, env, {at: {"float64": True}})
+        else:
+            repo, commits = history(tmp, env, {at: {"mixing_float64": True}},
+                                    start={"float64": True})
+        began = time.monotonic()
+        done = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS,
+                        commits[0], commits[-1], env={**env, "MHABENCH_PREIMPORT": "torch"})
+        found = culprits(done.stdout)
+        stats = re.search(r"(\d+) probe\(s\), (\d+) rounds, ([\d.]+) min", done.stdout)
+        print(json.dumps({"scale": scale, "run": repeat, "planted_at": at,
+                          "planted": commits[at][:8], "found": found,
+                          "right": found == [commits[at][:8]], "exit": done.returncode,
+                          "probes": int(stats.group(1)) if stats else None,
+                          "rounds": int(stats.group(2)) if stats else None,
+                          "minutes": float(stats.group(3)) if stats else None,
+                          "wall_s": round(time.monotonic() - began),
+                          "lines": done.stdout.splitlines()[1:6]}), flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2,
+         Path(sys.argv[2]) if len(sys.argv) > 2 else Path("bisect-runs"),
+         sys.argv[3] if len(sys.argv) > 3 else "float64")
