@@ -158,23 +158,32 @@ class Search:
 
 
 class Bisect:
-    """One search (see the module docstring); :meth:`run` does it all."""
+    """One search (see the module docstring); :meth:`run` does it all.
+
+    The points searched are GOOD's and BAD's first-parent commits by default. A search over
+    other ordered points (the releases of a dependency, each an asv environment) passes
+    them as ``points`` with ``describe`` (a point's one-line description) and the
+    ``rounds`` and ``tracks`` that time them; GOOD and BAD are then its first and last."""
 
     def __init__(self, good: str, bad: str, benches: Sequence[str] = (), *,
                  asv_args: Sequence[str] = (), root: Path = Path("."),
                  echo: Callable[[str], None] = print,
                  rounds: Callable[..., Timed] = commit_rounds,
-                 tracks: Callable[..., dict[str, dict[str, Any]]] | None = commit_kernels
-                 ) -> None:
+                 tracks: Callable[..., dict[str, dict[str, Any]]] | None = commit_kernels,
+                 points: Sequence[str] | None = None,
+                 describe: Callable[[str], str] | None = None,
+                 folder: Path | None = None) -> None:
         self.root = Path(root)
         if not (self.root / "asv.conf.json").is_file():
             raise BisectError(f"{str(root)!r} has no asv.conf.json: run from the project's "
                               "root")
-        commits = commit_range(self.root, good, bad)
+        commits = list(points) if points is not None else commit_range(self.root, good, bad)
+        self.describe = describe or (lambda commit: subject(self.root, commit))
         self.benches, self.asv_args, self.echo = list(benches), list(asv_args), echo
         self._rounds, self._tracks = rounds, tracks
-        folder = (self.root / BISECT_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
-        self.search = Search(commits, folder.resolve())
+        folder = folder or (self.root / BISECT_DIR
+                            / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
+        self.search = Search(commits, Path(folder).resolve())
 
     # -- running rounds ----------------------------------------------------------------
     def _time(self, stage: Stage, commits: list[str], benches: list[str], count: int
@@ -329,7 +338,7 @@ class Bisect:
         for cell, parent in cells.items():
             found[cell] = compared(timed, cell, commits[lo], commits[hi]) or parent
         self.search.culprits.append(Culprit(commits[hi], commits[lo],
-                                            subject(self.root, commits[hi]), found, skipped,
+                                            self.describe(commits[hi]), found, skipped,
                                             unclear=unclear))
 
     # -- 3. culprits ----------------------------------------------------------------------
