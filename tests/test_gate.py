@@ -193,3 +193,33 @@ def test_the_gate_says_one_commit_and_its_time_before_it_starts() -> None:
                      r"takes about \d+ min", narrow.stderr), narrow.stderr
     assert every > 100  # the quick grid's time cells, all of them
     assert "h, and confirming" in done.stderr  # hours, said before any of them start
+
+
+def test_a_cell_whose_modes_mix_moved_is_said_not_flagged(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """torch batched's GQA cell as CI recorded it: about a third of the head's processes in
+    a 23 ms mode the base never showed, the rest at 29 ms on both sides. Its fast processes
+    lean, so the screen passes it on; the confirmation clears it, and the mix of its modes,
+    judged on all 20 processes a side, gets a ``modes`` line, not a verdict."""
+    repo, base, head = project(tmp_path)
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "gate_processes.json")
+                          .read_text())["two_modes"]
+    screen, confirm = ([[x / 1e3 for x in side] for side in recorded[s]]
+                       for s in ("screen", "confirm"))
+    cell = CELL.format(fw="torch", be="batched")
+    calls = []
+
+    def fake_rounds(a, b, benches, count, folder, **kwargs):
+        calls.append(count)
+        sides = screen if len(calls) == 1 else confirm
+        return {cell: Evidence(*sides)}
+
+    monkeypatch.setattr(gate_module, "rounds", fake_rounds)
+    verdict = gate_module.gate("HEAD~1", "HEAD", root=repo, echo=lambda text: None)
+    assert calls == [gate_module.SCREEN_ROUNDS, gate_module.CONFIRM_ROUNDS]
+    assert [c.cell for c in verdict.screened] == [cell] and not verdict.confirmed
+    assert not verdict.regressions
+    [mixed] = verdict.mixed
+    assert mixed.mark == "~" and mixed.ratio == pytest.approx(1.0, abs=0.03)
+    assert mixed.modes.startswith("two modes, 23") and "of 20 processes" in mixed.modes

@@ -29,10 +29,18 @@ def add_command(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from mhabench.cli.common import CLIError
     from mhabench.compare.estimate import estimate
-    from mhabench.compare.gate import CONFIRM_ROUNDS, FACTOR, SCREEN_FACTOR, SCREEN_ROUNDS, gate
+    from mhabench.compare.gate import (
+        CONFIRM_ROUNDS,
+        FACTOR,
+        SCREEN_FACTOR,
+        SCREEN_ROUNDS,
+        gate,
+        project,
+    )
     from mhabench.compare.rounds import resolve
 
-    base, head = resolve(Path("."), args.base), resolve(Path("."), args.head)
+    root = project(Path("."))
+    base, head = resolve(root, args.base), resolve(root, args.head)
     if base == head:
         print(f"mhabench gate: {args.base} and {args.head} are one commit ({base[:8]}): every "
               "cell is compared with itself, which measures only the noise", file=sys.stderr)

@@ -5,8 +5,8 @@ process as the unit of evidence.
    rounds over the chosen benchmarks, a fresh process per cell, commit and round taking
    exactly :data:`~mhabench.compare.rounds.SAMPLES` samples; asv reverses the commits' order
    every other round, so a slow stretch of the machine falls on both. Each process's median
-   is one value (:mod:`mhabench.compare.rounds`); a cell whose ratio of fast-process medians
-   leans past :data:`SCREEN_FACTOR` either way is passed on
+   is one value (:mod:`mhabench.compare.rounds`); a cell whose ratio (the factor that lines
+   up the two sides' levels) leans past :data:`SCREEN_FACTOR` either way is passed on
    (:mod:`mhabench.analysis.process_compare`).
 2. **Confirm**: every cell passed on runs again from scratch in :data:`CONFIRM_ROUNDS`
    rounds. It is a change only where the confirmation's bootstrap interval clears 1.0, its
@@ -19,8 +19,9 @@ reported from the screen (``FAILED``).
 Why processes: on a shared VM about a third of fresh processes run 1.4-1.6x slow for their
 whole life while samples within a process agree, and asv's Mann-Whitney test pools a
 side's samples as if they were independent: eight rounds of asv continuous missed a 1.15x
-slowdown in both slowed cells. Each side's fast processes (within 1.25x of its fastest)
-set the slow mode apart, and the interval is as wide as the processes disagree
+slowdown in both slowed cells. Lining up the sides' levels sets the slow mode apart and
+compares a cell with a fast mode like with like; a shift of its modes' mix is reported on
+its own (``modes``), and the interval is as wide as the processes disagree
 (``docs/gate.md`` has the rates, ``scripts/gate_design.py`` replays the design on recorded
 processes).
 
@@ -105,6 +106,15 @@ class Evidence:
         return compare(self.base, self.head)
 
 
+def project(root: Path) -> Path:
+    """``root``, which must hold the project's asv.conf.json (ValueError naming it)."""
+    root = Path(root)
+    if not (root / "asv.conf.json").is_file():
+        raise ValueError(f"{str(root)!r} has no asv.conf.json: run the gate from the "
+                         "project's root")
+    return root
+
+
 def rounds(base: str, head: str, benches: Sequence[str], count: int, folder: Path, *,
            asv_args: Sequence[str] = (), root: Path = Path("."),
            echo: Callable[[str], None] = print) -> dict[str, Evidence]:
@@ -124,10 +134,7 @@ def gate(base: str, head: str, benches: Sequence[str] = (), *,
     then confirm each cell it passes on with fresh rounds. ``asv_args`` go to both ``asv
     run`` calls (e.g. ``--machine``). Raises ValueError if ``root`` has no asv.conf.json
     or a commit is unknown."""
-    root = Path(root)
-    if not (root / "asv.conf.json").is_file():
-        raise ValueError(f"{str(root)!r} has no asv.conf.json: run the gate from the "
-                         "project's root")
+    root = project(root)
     base, head = resolve(root, base), resolve(root, head)
     folder = (root / GATE_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")).resolve()
     evidence = rounds(base, head, benches, SCREEN_ROUNDS, folder / "screen",
@@ -146,25 +153,31 @@ def gate(base: str, head: str, benches: Sequence[str] = (), *,
             verdict.mixed.append(Change.of(cell, "~", result))
     if not screens:
         return verdict
-    confirmed = confirm(base, head, list(screens), folder / "confirm", asv_args=asv_args,
-                        root=root, echo=echo)
+    fresh = confirm_rounds(base, head, list(screens), folder / "confirm", asv_args=asv_args,
+                           root=root, echo=echo)
     for cell, screen in screens.items():
-        said = two_stage(screen, confirmed.get(cell))
+        again = fresh[cell].compared() if cell in fresh else None
+        said = two_stage(screen, again)
         if said != "cleared":
-            verdict.confirmed.append(Change.of(cell, "+" if said == "slower" else "-",
-                                               confirmed[cell]))
-        elif cell in confirmed and confirmed[cell].mix_shifted:
-            verdict.mixed.append(Change.of(cell, "~", confirmed[cell]))
+            verdict.confirmed.append(Change.of(cell, "+" if said == "slower" else "-", again))
+            continue
+        # cleared: the mix of its modes judged on all its processes, screen's and fresh
+        both = Evidence(*(None if not a or not b else [*a, *b] for a, b in zip(
+            (evidence[cell].base, evidence[cell].head),
+            (fresh.get(cell, Evidence(None, None)).base,
+             fresh.get(cell, Evidence(None, None)).head), strict=True)))
+        pooled = both.compared()
+        if pooled is not None and pooled.mix_shifted:
+            verdict.mixed.append(Change.of(cell, "~", pooled))
     return verdict
 
 
-def confirm(base: str, head: str, cells: Sequence[str], folder: Path, *,
-            asv_args: Sequence[str] = (), root: Path = Path("."),
-            echo: Callable[[str], None] = print) -> dict[str, Comparison]:
-    """The second stage on its own: ``cells`` (asv's names with parameters) re-run from
+def confirm_rounds(base: str, head: str, cells: Sequence[str], folder: Path, *,
+                   asv_args: Sequence[str] = (), root: Path = Path("."),
+                   echo: Callable[[str], None] = print) -> dict[str, Evidence]:
+    """The second stage's rounds: ``cells`` (asv's names with parameters) re-run from
     scratch at ``base`` and ``head`` in :data:`CONFIRM_ROUNDS` interleaved rounds of fresh
-    processes, results in ``folder`` (new). Returns each cell's comparison (a cell that
-    failed on either side is left out)."""
+    processes, results in ``folder`` (new); each cell's process medians per side."""
     root = Path(root)
     if not (root / "asv.conf.json").is_file():
         raise ValueError(f"{str(root)!r} has no asv.conf.json: run from the project's root")
@@ -175,9 +188,15 @@ def confirm(base: str, head: str, cells: Sequence[str], folder: Path, *,
     if not any(cell in evidence for cell in cells):
         raise RuntimeError("the confirmation timed none of the cells it was given: asv "
                            f"names cells differently from -b ({cells[0]!r})")
-    out = {}
-    for cell in cells:
-        result = evidence[cell].compared() if cell in evidence else None
-        if result is not None:
-            out[cell] = result
-    return out
+    return evidence
+
+
+def confirm(base: str, head: str, cells: Sequence[str], folder: Path, *,
+            asv_args: Sequence[str] = (), root: Path = Path("."),
+            echo: Callable[[str], None] = print) -> dict[str, Comparison]:
+    """The second stage on its own (:func:`confirm_rounds`): each cell's comparison (a
+    cell that failed on either side is left out)."""
+    evidence = confirm_rounds(base, head, cells, folder, asv_args=asv_args, root=root,
+                              echo=echo)
+    return {cell: result for cell in cells if cell in evidence
+            and (result := evidence[cell].compared()) is not None}

@@ -35,8 +35,9 @@ def versions_section(ctx: Context) -> Section:
         f"{settings.get('screen_factor')}x either way gets {settings.get('confirm_rounds')} "
         f"fresh rounds, and a cell is slower or faster only where that confirmation's 95 % "
         f"interval (a bootstrap over processes) clears 1.0 and its ratio passes "
-        f"{settings.get('factor')}x. new/base is the median of each side's fast processes "
-        "(within 1.25x of its fastest), so the machine's slow mode does not count.")
+        f"{settings.get('factor')}x. new/base is the factor that lines up the two sides' "
+        "levels, so the machine's slow mode and a cell's fast mode count as levels of their "
+        "own (docs/gate.md).")
     section.text.append(finding(summary))
     seconds = summary.get("seconds", {})
     if seconds:
