@@ -2,10 +2,9 @@
 ``mhabench bisect`` as a user runs it, over 32 commits of which two change code.
 
 The test plug-in (tests/support/plugin_package.py) at release 1.0, committed and set up
-by ``mhabench init --grid tiny``, then 31 commits that change the README or a comment,
-but two drawn at random (seeded by the test's own draw, printed): one writes the softmax
-out in float64 (its tiny-grid cells 1.45-1.75x slower), a later one does the product with
-v in float64 too (slower again). ``bisect`` over the whole range names both commits and
+by ``mhabench init --grid quick``, then 32 commits that change the README or a comment,
+but two drawn at random (printed): one writes the softmax out in float64 (the plug-in's
+GQA cell slower), a later one does the product with v in float64 too (slower again). ``bisect`` over the whole range names both commits and
 only those; over the stretch before the first it reads "no change". The asv environment
 borrows this interpreter's torch and unpacks the wheels instead of pip-installing them
 (tests/support/own_repo.py), as the other real-run tests do, for CI time.
@@ -32,8 +31,12 @@ from support.plugin_package import MODULE, write_module
 from support.scratch import ASV, ROOT, commit_all
 
 COMMITS = 32  # after the first, as the culprit search's test asks
-# The plug-in's cells of the head sweep on the tiny grid, h = 4 and 16 (sub-millisecond).
-CELLS = r"^bench_mhabench\.HeadsAtFixedWidth\.time_step\('torch', 'mysdpa', 2, 32, 32, (4|16), "
+# The plug-in's GQA cell of the quick grid (b2 n512 d256, 16 query heads over 4 key/value
+# heads; about 20 ms a step): its processes scatter a few per cent, where a tiny-grid
+# cell's scatter 10-25 % and need more rounds to tell a half, and a round's cost is mostly
+# asv's install and forkserver start either way.
+CELLS = r"^bench_mhabench\.MhaGqaMqa\.time_step\('torch', 'mysdpa', 2, 512, 256, 16, 4, "
+GRID = "quick"
 
 
 def mhabench(cwd: Path, *args: str, env: dict[str, str], timeout: float = 3000
@@ -52,7 +55,7 @@ def history(tmp: Path, home: dict[str, str], changes: dict[int, dict[str, bool]]
     if start is not None:
         write_module(repo, "1.1", written_out=True, **start)
     wheel = mhabench_wheel(tmp)
-    done = mhabench(repo, "init", "--grid", "tiny", "--mhabench", str(wheel), env=home)
+    done = mhabench(repo, "init", "--grid", GRID, "--mhabench", str(wheel), env=home)
     assert done.returncode == 0, done.stderr
     borrow_frameworks(repo, tmp)
     unpack_installs(repo, tmp, wheel)
