@@ -4,8 +4,9 @@
 The test plug-in (tests/support/plugin_package.py) at release 1.0, committed and set up
 by ``mhabench init --grid quick``, then 32 commits that change the README or a comment,
 but two drawn at random (printed): one writes the softmax out in float64 (the plug-in's
-GQA cell slower), a later one does the product with v in float64 too (slower again). ``bisect`` over the whole range names both commits and
-only those; over the stretch before the first it reads "no change". The asv environment
+GQA cell slower), a later one does the product with v in float64 too (slower again).
+``bisect`` over the whole range names both commits and only those; over the stretch before
+the first it reads "no change". The asv environment
 borrows this interpreter's torch and unpacks the wheels instead of pip-installing them
 (tests/support/own_repo.py), as the other real-run tests do, for CI time.
 
