@@ -1,19 +1,21 @@
-"""A side of a versions comparison: the project's asv environment with some packages pinned
-to other versions from the package index, or replaced by local wheels or project folders.
+"""A dependency set of a versions comparison or a release sweep: the project's asv
+environment with some packages pinned to other versions from the package index, or
+replaced by local wheels or project folders.
 
-A side is written as a user types it, ``"jax==0.9.2 jaxlib==0.9.2 flax==0.12.2"`` or
+A set is written as a user types it, ``"jax==0.9.2 jaxlib==0.9.2 flax==0.12.2"`` or
 ``"./my_attention"`` (a project folder or a ``.whl`` file), items separated by spaces.
 :func:`parse_side` turns it into a :class:`Side`; :func:`versions_config` writes the asv
-config that builds both sides: the project's ``asv.conf.json`` with one ``include`` entry
-per side, each the project's matrix with the side's pins swapped in (a package the matrix
+config that builds the sets: the project's ``asv.conf.json`` with one ``include`` entry
+per set, each the project's matrix with the set's pins swapped in (a package the matrix
 lacks is added), local packages installed after the project (``install_command``), and two
 environment variables:
 
-- ``MHABENCH_SIDE`` (not part of the build): ``base`` or ``new``, so the two sides'
-  results carry different environment names even where the sides are the same;
+- ``MHABENCH_SIDE`` (not part of the build): the set's label (``base``, ``new``, a
+  release's version), so the sets' results carry different environment names even where
+  two sets are the same;
 - ``MHABENCH_LOCAL`` (part of the build, local packages only): a digest of the local
   packages' files, so a changed package gets an environment of its own, and an unchanged
-  side reuses the one built before.
+  set reuses the one built before.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,12 +51,18 @@ def canonical(name: str) -> str:
 
 @dataclass(frozen=True)
 class Side:
-    label: str  # "base" or "new"
+    label: str  # "base" or "new"; a release's label ("0.10.0")
     text: str  # as the user wrote it
     pins: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     local: tuple[Path, ...] = ()  # wheels or project folders, absolute
     # the local packages' digest, read once: a build writes into a project folder
     digest: str = ""
+    kind: str = "side"  # what its messages call it: a "side" of a comparison, a "set"
+
+    @property
+    def name(self) -> str:
+        """How messages name it: "side new", "set 0.10.0"."""
+        return f"{self.kind} {self.label}"
 
     def describe(self) -> str:
         parts = [f"{name} {version}" for name, version in self.pins.items()]
@@ -61,8 +70,9 @@ class Side:
         return ", ".join(parts) or "the project's pins"
 
 
-def parse_side(label: str, text: str) -> Side:
-    """The side ``label`` as written in ``text`` (raises :class:`SideError`)."""
+def parse_side(label: str, text: str, kind: str = "side") -> Side:
+    """The side (or set: ``kind``) ``label`` as written in ``text`` (raises
+    :class:`SideError`)."""
     pins: dict[str, str] = {}
     local: list[Path] = []
     for item in shlex.split(text):
@@ -70,7 +80,7 @@ def parse_side(label: str, text: str) -> Side:
         if match:
             name = canonical(match.group(1))
             if name in pins:
-                raise SideError(f"side {label}: {name} is pinned twice ({text!r})")
+                raise SideError(f"{kind} {label}: {name} is pinned twice ({text!r})")
             pins[name] = match.group(2)
             continue
         path = Path(item).expanduser()
@@ -78,9 +88,10 @@ def parse_side(label: str, text: str) -> Side:
                 (path / f).is_file() for f in ("pyproject.toml", "setup.py")):
             local.append(path.resolve())
             continue
-        raise SideError(f"side {label}: {item!r} is neither NAME==VERSION nor an existing "
+        raise SideError(f"{kind} {label}: {item!r} is neither NAME==VERSION nor an existing "
                         "wheel (.whl) or project folder (with pyproject.toml or setup.py)")
-    return Side(label, text, pins, tuple(local), local_digest(tuple(local)) if local else "")
+    return Side(label, text, pins, tuple(local), local_digest(tuple(local)) if local else "",
+                kind)
 
 
 def index_versions(name: str) -> list[str] | None:
@@ -94,18 +105,20 @@ def index_versions(name: str) -> list[str] | None:
     return [v.strip() for v in found.group(1).split(",") if v.strip()]
 
 
-def check_on_index(side: Side, installed: dict[str, str]) -> None:
+def check_on_index(side: Side, installed: dict[str, str],
+                   lookup: Callable[[str], list[str] | None] | None = None) -> None:
     """Every pin of ``side`` names a package and version the index serves; a pin equal to
     the project's own version (``installed``) is taken as it is (raises :class:`SideError`
-    naming the package and the versions there)."""
+    naming the package and the versions there). ``lookup``: :func:`index_versions`, or a
+    cache of it where many sets pin one package."""
     for name, version in side.pins.items():
         if installed.get(name) == version:
             continue
-        versions = index_versions(name)
+        versions = (lookup or index_versions)(name)
         if versions is None:
-            raise SideError(f"side {side.label}: package {name!r} is not on the package index")
+            raise SideError(f"{side.name}: package {name!r} is not on the package index")
         if version not in versions:
-            raise SideError(f"side {side.label}: {name} {version} is not on the package "
+            raise SideError(f"{side.name}: {name} {version} is not on the package "
                             f"index; versions there: {', '.join(versions[:10])}"
                             + (" ..." if len(versions) > 10 else ""))
 
