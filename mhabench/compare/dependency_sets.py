@@ -43,12 +43,11 @@ from mhabench.compare.rounds import (
 from mhabench.compare.sides import (
     Side,
     SideError,
-    canonical,
     check_on_index,
     environments,
     index_versions,
     installed_versions,
-    side_include,
+    project_requirements,
     versions_config,
 )
 
@@ -88,13 +87,6 @@ class DependencySets:
         self.versions: dict[str, dict[str, str | None]] = {}  # what each set installed
         self.broken: dict[str, str] = {}  # label -> why it failed to install (skipped)
 
-    def project_pins(self) -> dict[str, str]:
-        """The project's own requirements (asv.conf.json's matrix), by canonical name."""
-        from asv.util import load_json
-
-        conf = load_json(str(self.root / "asv.conf.json"), js_comments=True)
-        return {canonical(k): v for k, v in side_include(conf, Side("", ""))["req"].items()}
-
     # -- running asv ---------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         from mhabench.measure.machine_load import LOAD_DIR_ENV
@@ -116,7 +108,7 @@ class DependencySets:
     # -- building ------------------------------------------------------------------------
     def check(self) -> None:
         """Bad input before anything runs: each pin on the index (raises SideError)."""
-        project = self.project_pins()
+        project = project_requirements(self.root)
         lookup = functools.cache(index_versions)  # one look-up per package, not per set
         for side in self.sides.values():
             check_on_index(side, project, lookup)
