@@ -194,6 +194,7 @@ class DependencySets:
                         continue  # a cell of an earlier call, not run in this one
                     merge(out, {cell: {label: None if samples is None else process_medians(
                         samples[len(old or []):])}})
+            # each cell by name: the second half times no compile cell that -b selects
             benches = [cell_pattern(cell) for cell, by in out.items()
                        if sum(medians is not None for medians in by.values()) >= 2]
             if not benches:
