@@ -26,13 +26,14 @@ import pytest
 from support.plugin_package import NAME, write_release
 from support.scratch import asv_env, commit_all, git, scratch_clone
 
-import mhabench.compare.versions as versions_module
+import mhabench.compare.dependency_sets as sets_module
 from mhabench.analysis.versions import VERDICTS, compile_frame
 from mhabench.asvproject.result_files import BENCHMARKS, selected_cells
 from mhabench.cli import versions as versions_cli
+from mhabench.compare.dependency_sets import COMPILE_BENCH
 from mhabench.compare.rounds import cell_pattern
 from mhabench.compare.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include
-from mhabench.compare.versions import COMPILE_BENCH, Cell, Comparison
+from mhabench.compare.versions import Cell, Comparison
 from mhabench.core.kernel_codes import KERNEL_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,20 +165,19 @@ def _compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, benches: list[str
     commit = commit_all(repo, "one commit")
     comparison = Comparison("", "", benches, root=repo, echo=lambda text: None)
     comparison.configs["ab"] = repo / "asv.conf.json"
-    comparison.env_names = {side: f"env-{side}" for side in ("base", "new")}
+    comparison.sets.env_names = {side: f"env-{side}" for side in ("base", "new")}
     comparison.results.mkdir(parents=True)
     (comparison.results / BENCHMARKS).write_text(json.dumps({**LISTING, "version": 2}))
     comparison.cells[TIMED] = Cell(TIMED, verdict="unchanged")
     calls: list[list[str]] = []
-    monkeypatch.setattr(versions_module, "run_asv", _fake_asv(comparison.results, commit,
-                                                              calls))
+    monkeypatch.setattr(sets_module, "run_asv", _fake_asv(comparison.results, commit, calls))
     comparison.kernels_and_compile()
     summary = comparison.summary()
     summary["seconds"]["total"] = 1.0
     monkeypatch.setattr(Comparison, "run", lambda self: summary)
     monkeypatch.chdir(repo)
     versions_cli.run(SimpleNamespace(base="", new="", bench=benches, grid="quick",
-                                     machine=None))
+                                     machine=None, dry_run=False))
     return summary, calls
 
 

@@ -1,5 +1,5 @@
 """The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
-profile, gate, bisect, versions, init, shard, merge.
+profile, gate, bisect, versions, releases, init, shard, merge.
 
 One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
 the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
@@ -24,6 +24,7 @@ from mhabench.cli import (
     merge,
     predict,
     profile,
+    releases,
     report,
     shard,
     time,
@@ -34,7 +35,7 @@ from mhabench.cli.common import CLIError, Parser
 
 # --help lists them in this order
 COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, bisect,
-            versions, init, shard, merge)
+            versions, releases, init, shard, merge)
 
 
 def build_parser() -> Parser:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -24,32 +25,34 @@ def add_command(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def lines(search: Any) -> list[str]:
-    """The search's answer as the command prints it."""
+def lines(search: Any, short: Callable[[str], str] = lambda point: point[:8],
+          noun: str = "commits") -> list[str]:
+    """The search's answer as the command prints it; its points (commits, or a list of
+    releases: ``noun``) named by ``short``."""
     from mhabench.compare.bisect import FIRST_ROUNDS
 
     commits = search.commits
-    head = (f"mhabench bisect: {len(commits) - 1} commits after {commits[0][:8]} up to "
-            f"{commits[-1][:8]}; {len(search.changed)} cell(s) changed between them; "
+    head = (f"mhabench bisect: {len(commits) - 1} {noun} after {short(commits[0])} up to "
+            f"{short(commits[-1])}; {len(search.changed)} cell(s) changed between them; "
             f"{search.probes} probe(s), {search.rounds} rounds, "
             f"{search.seconds / 60:.1f} min; results in {search.folder}")
     out = [head]
     if not search.changed:
-        out.append(f"no change: no cell differs between {commits[0][:8]} and "
-                   f"{commits[-1][:8]} (screen of {FIRST_ROUNDS} rounds, then fresh rounds "
+        out.append(f"no change: no cell differs between {short(commits[0])} and "
+                   f"{short(commits[-1])} (screen of {FIRST_ROUNDS} rounds, then fresh rounds "
                    "for the cells that leaned)")
     for culprit in search.culprits:
         ways = {"SLOWER" if c.ratio > 1 else "faster" for c in culprit.cells.values()}
         word = "/".join(sorted(ways))
-        out.append(f"CULPRIT {culprit.commit[:8]} \"{culprit.subject}\": {word} "
+        out.append(f"CULPRIT {short(culprit.commit)} \"{culprit.subject}\": {word} "
                    f"{culprit.ratio:.2f}x on {len(culprit.cells)} cell(s), against "
-                   f"{culprit.before[:8]}" + (" (a probe ran out of rounds: check it with "
-                                               "mhabench gate)" if culprit.unclear else ""))
+                   f"{short(culprit.before)}" + (" (a probe ran out of rounds: check it with "
+                                                  "mhabench gate)" if culprit.unclear else ""))
         if culprit.unconfirmed:
             out.append(f"  not confirmed by fresh rounds on {len(culprit.unconfirmed)} of "
                        f"its {len(culprit.cells)} cell(s) (marked -)")
         if culprit.skipped:
-            out.append(f"  or one of {', '.join(c[:8] for c in culprit.skipped)}, which "
+            out.append(f"  or one of {', '.join(short(c) for c in culprit.skipped)}, which "
                        "failed to run (skipped)")
         for cell, result in sorted(culprit.cells.items()):
             kernel = culprit.kernels.get(cell)
@@ -58,7 +61,7 @@ def lines(search: Any) -> list[str]:
                        f"{cell}" + (f"  kernel {kernel[0]} -> {kernel[1]}" if kernel else "")
                        + (f"; {result.describe_modes()}" if len(result.modes) > 1 else ""))
     for skipped in sorted(search.skipped, key=commits.index):
-        out.append(f"skipped {skipped[:8]}: failed to build or run")
+        out.append(f"skipped {short(skipped)}: failed to build or run")
     for lost in search.lost:
         out.append(f"no longer changed when probed: {lost}")
     return out

@@ -63,6 +63,12 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.compare.estimate import estimate
     from mhabench.compare.rounds import CONFIRM_ROUNDS, SCREEN_ROUNDS
 
+    try:  # bad input is one line, before anything else is said
+        comparison = Comparison(args.base, args.new, args.bench, grid=args.grid,
+                                machine=args.machine, echo=echo)
+        comparison.check()
+    except SideError as err:
+        raise CLIError(str(err)) from err
     if args.base.split() == args.new.split():
         echo(f"mhabench versions: BASE and NEW are one dependency set ({args.base!r}): every "
              "cell is compared with itself, which measures only the noise")
@@ -75,8 +81,6 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     try:
-        comparison = Comparison(args.base, args.new, args.bench, grid=args.grid,
-                                machine=args.machine, echo=echo)
         summary = comparison.run()
     except SideError as err:
         raise CLIError(str(err)) from err

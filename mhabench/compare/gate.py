@@ -16,14 +16,11 @@ process as the unit of evidence.
 A benchmark that ran on the base commit and fails on the head is a regression too,
 reported from the screen (``FAILED``).
 
-Why processes: on a shared VM about a third of fresh processes run 1.4-1.6x slow for their
-whole life while samples within a process agree, and asv's Mann-Whitney test pools a
-side's samples as if they were independent: eight rounds of asv continuous missed a 1.15x
-slowdown in both slowed cells. Lining up the sides' levels sets the slow mode apart and
-compares a cell with a fast mode like with like; a shift of its modes' mix is reported on
-its own (``modes``), and the interval is as wide as the processes disagree
-(``docs/gate.md`` has the rates, ``scripts/gate_design.py`` replays the design on recorded
-processes).
+Why processes: some fresh processes run 1.25-1.9x slow for their whole life while samples
+within a process agree, and asv's Mann-Whitney test pools a side's samples as if they were
+independent. Lining up the sides' levels sets the slow mode apart and compares a cell with
+a fast mode like with like; a shift of its modes' mix is reported on its own (``modes``)
+(``docs/gate.md`` has the rates, ``scripts/gate_design.py`` replays the design).
 
 Each gate run keeps its results in a new folder of its own (``.asv/gate/<UTC time>/screen``
 and ``confirm``, with the asv config and the commits it ran), never in ``.asv/results``:

@@ -8,8 +8,8 @@ sides' results go, under their environments' names, into one new folder
 ``.asv/versions/<UTC time>/results``, never into ``.asv/results``.
 
 1. **Build**: ``asv run --bench just-discover`` per side builds its environment and
-   installs the project; the packages it was asked to pin are then read back from the
-   environment (pip may have resolved another version).
+   installs the project; the packages it pins are then read back from the environment
+   (pip may have resolved another). Building and rounds: :mod:`.dependency_sets`.
 2. **Screen**: :data:`SCREEN_ROUNDS` rounds; in each, one ``asv run`` per side (a fresh
    process per cell, ``rounds=1``), the sides' order alternating ABBA so that a slow stretch
    of the machine falls on both. asv appends each process's samples to the side's results
@@ -32,8 +32,6 @@ Everything is summed up in ``versions.json`` beside the results; ``mhabench repo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,33 +47,11 @@ from mhabench.analysis.process_compare import (
     two_stage,
 )
 from mhabench.analysis.versions import SUMMARY
-from mhabench.compare.rounds import (
-    CONFIRM_ROUNDS,
-    SAMPLES,
-    SCREEN_ROUNDS,
-    cell_pattern,
-    preimport,
-    process_medians,
-    read_cells,
-    result_files,
-    round_args,
-    run_asv,
-)
-from mhabench.compare.sides import (
-    SIDES,
-    Side,
-    SideError,
-    check_on_index,
-    environments,
-    installed_versions,
-    parse_side,
-    side_include,
-    versions_config,
-)
+from mhabench.compare.dependency_sets import DependencySets
+from mhabench.compare.rounds import CONFIRM_ROUNDS, SAMPLES, SCREEN_ROUNDS, cell_pattern
+from mhabench.compare.sides import SIDES, parse_side
 
 VERSIONS_DIR = Path(".asv") / "versions"
-KERNEL_VAR = "MHABENCH_KERNELS"  # mhabench.bench.axes records track_kernel when set
-COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
 
 
 @dataclass
@@ -109,113 +85,51 @@ class Comparison:
     def __init__(self, base: str, new: str, benches: Sequence[str], *, grid: str = "quick",
                  machine: str | None = None, root: Path = Path("."),
                  echo: Callable[[str], None] = print) -> None:
-        self.root = Path(root).resolve()
-        if not (self.root / "asv.conf.json").is_file():
-            raise SideError(f"{str(root)!r} has no asv.conf.json: run from the project's root")
         self.sides = {label: parse_side(label, text)
                       for label, text in zip(SIDES, (base, new), strict=True)}
         self.benches = list(benches)
-        self.grid, self.machine, self.echo = grid, machine, echo
-        self.commit = subprocess.run(["git", "-C", str(self.root), "rev-parse", "HEAD"],
-                                     capture_output=True, text=True, check=True).stdout.strip()
-        self.folder = (self.root / VERSIONS_DIR
+        self.grid, self.echo = grid, echo
+        self.folder = (Path(root).resolve() / VERSIONS_DIR
                        / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
-        self.results = self.folder / "results"
+        self.sets = DependencySets(list(self.sides.values()), self.folder, self.benches,
+                                   root=root, grid=grid, machine=machine, echo=echo)
+        self.commit, self.results = self.sets.commit, self.sets.results
         self.configs: dict[str, Path] = {}
-        self.env_names: dict[str, str] = {}
-        self.versions: dict[str, dict[str, str | None]] = {}
         self.cells: dict[str, Cell] = {}
         self.compile: dict[str, dict[str, float | None]] = {}
         self.seconds: dict[str, float] = {}
-
-    # -- running asv ---------------------------------------------------------------------
-    def _env(self) -> dict[str, str]:
-        env = {**os.environ, "MHABENCH_GRID": self.grid, KERNEL_VAR: "1",
-               "MHABENCH_PREIMPORT": ",".join(preimport(self.benches))}
-        env.pop("MHABENCH_LOAD_DIR", None)  # the records stay beside this folder's results
-        return env
-
-    def _run(self, config: str, args: Sequence[str]) -> tuple[int, str]:
-        extra = ["--machine", self.machine] if self.machine else []
-        return run_asv(self.configs[config], [f"{self.commit}^!", *extra, *args],
-                       self._env(), self.root, self.echo)
-
-    def _file(self, side: str) -> Path | None:
-        return result_files(self.results, self.commit).get(self.env_names[side])
+        self.checked = False
 
     def check(self) -> None:
         """Bad input before anything runs: each pin on the index (raises SideError)."""
-        from asv.util import load_json
-
-        conf = load_json(str(self.root / "asv.conf.json"), js_comments=True)
-        project = side_include(conf, Side("base", ""))["req"]
-        for side in self.sides.values():
-            check_on_index(side, {k.lower(): v for k, v in project.items()})
+        self.sets.check()
+        self.checked = True
 
     def build(self) -> None:
         """Each side's environment, built on its own (so a failure names its side) and
         checked against its pins; then the two configs that run both, in either order."""
         self.folder.mkdir(parents=True)
-        sides = [self.sides[label] for label in SIDES]
-        for side in sides:
-            self.configs[side.label] = versions_config(self.root, self.folder, [side],
-                                                       f"build-{side.label}")
-            env = environments(self.configs[side.label])[side.label]
-            self.env_names[side.label] = env.name
-            code, log = self._run(side.label, ["--bench", "just-discover"])
-            if code != 0 or not (self.results / "benchmarks.json").is_file():
-                # pip's own reason first ("ERROR: ..."), else asv's last error
-                lines = [line.strip(" ·") for line in log.splitlines()]
-                errors = ([line for line in lines if line.startswith("ERROR:")]
-                          or [line for line in lines if "error" in line.lower()])
-                raise SideError(f"side {side.label} ({side.describe()}) failed to install: "
-                                + (errors[-1] if errors else log.strip()[-300:]))
-            python = Path(env._path) / "bin" / "python"
-            names = sorted({*side.pins, "torch", "jax", "jaxlib", "flax"})
-            have = installed_versions(python, names)
-            self.versions[side.label] = have
-            wrong = [f"{n} {have.get(n)} instead of {v}" for n, v in side.pins.items()
-                     if have.get(n) != v]
-            if wrong:
-                raise SideError(f"side {side.label} installed {', '.join(wrong)} (pip "
-                                "resolved other versions: pin the packages that need each "
-                                "other together, e.g. jax, jaxlib and flax)")
-        self.configs["ab"] = versions_config(self.root, self.folder, sides, "ab")
-        self.configs["ba"] = versions_config(self.root, self.folder, sides[::-1], "ba")
+        for label in SIDES:
+            self.sets.build(label)
+        self.configs["ab"], self.configs["ba"] = self.sets.orders(SIDES, self.folder,
+                                                                  ("ab", "ba"))
 
     def _rounds(self, stage: str, rounds: int, only: Sequence[str] | None) -> None:
         """``rounds`` rounds of fresh processes, half with base first, half with new first
-        (ABAB... then BABA...); each process's samples become one median."""
-        for config, count in (("ab", (rounds + 1) // 2), ("ba", rounds // 2)):
-            if config == "ba":  # a cell that failed on a side is a verdict already
-                only = [c for c in (only if only is not None else self.cells)
-                        if not self.cells[c].failed]
-            benches = [cell_pattern(c) for c in only] if only is not None else self.benches
-            if not count or not benches:
-                continue
-            args = [*round_args(count), "--append-samples"]
-            for bench in benches:
-                args += ["-b", bench]
-            before = {side: read_cells(self._file(side)) for side in SIDES}
-            code, log = self._run(config, args)
-            for side in SIDES:
-                path = self._file(side)
-                if path is None:  # a failing cell is a verdict; no results at all is not
-                    raise RuntimeError(f"asv run saved nothing for side {side} (exit "
-                                       f"status {code}): {log.strip()[-1500:]}")
-                self._record(stage, side, before[side], read_cells(path), only)
-
-    def _record(self, stage: str, side: str, before: dict[str, Any], after: dict[str, Any],
-                only: Sequence[str] | None) -> None:
-        for name, samples in after.items():
-            if only is not None and name not in only:
-                continue
+        (ABAB... then BABA...); each process's samples become one median. A cell that
+        fails on a side is a verdict already: the second half leaves it out."""
+        benches = [cell_pattern(c) for c in only] if only is not None else self.benches
+        if not benches:
+            return
+        timed = self.sets.rounds((self.configs["ab"], self.configs["ba"]), SIDES, benches,
+                                 rounds)
+        for name, by in timed.items():
             cell = self.cells.setdefault(name, Cell(name))
-            if samples is None:
-                cell.failed.add(side)
-                continue
-            cell.processes[stage][side] += process_medians(
-                samples[len(before.get(name) or []):])
+            for side, medians in by.items():
+                if medians is None:
+                    cell.failed.add(side)
+                else:
+                    cell.processes[stage][side] += medians
 
     def _judge(self, cell: Cell, stage: str) -> dict[str, Any] | None:
         base, new = (cell.processes[stage][s] for s in SIDES)
@@ -259,34 +173,12 @@ class Comparison:
                                 else f"failed on {next(iter(cell.failed))}")
 
     def kernels_and_compile(self) -> None:
-        """track_kernel of every timed cell, and the compile-time cells ``-b`` selects (as
-        asv selects them: none unless a regex matches one), once per side: compile times are
-        readings of one process a side, never judged."""
-        from mhabench.asvproject.result_files import BENCHMARKS, selected_cells
-        from mhabench.core.kernel_codes import KERNEL_NAMES
-
-        kernel_cells = [c.replace(".time_step(", ".track_kernel(", 1) for c in self.cells
-                        if ".time_step(" in c]
-        listing = self.results / BENCHMARKS  # written by the build
-        compile_cells = selected_cells(json.loads(listing.read_text()), COMPILE_BENCH,
-                                       self.benches) if listing.is_file() else []
-        args = []
-        for cell in kernel_cells + compile_cells:
-            args += ["-b", cell_pattern(cell)]
-        if not args:
-            return
-        self._run("ab", args)
-        for side in SIDES:
-            values = read_cells(self._file(side), ("track_",))
-            for cell in self.cells.values():
-                code = values.get(cell.name.replace(".time_step(", ".track_kernel(", 1))
-                cell.kernel[side] = KERNEL_NAMES.get(int(code)) if isinstance(
-                    code, (int, float)) and code == code else None
-            for name in compile_cells:
-                if name in values:  # else n/a: a cell the grid skips
-                    value = values[name]
-                    self.compile.setdefault(name, {})[side] = value if isinstance(
-                        value, (int, float)) and value == value else None
+        """track_kernel of every timed cell, and the compile-time cells ``-b`` selects,
+        once per side: compile times are readings of one process a side, never judged."""
+        kernels, self.compile = self.sets.kernels_and_compile(self.configs["ab"], SIDES,
+                                                              list(self.cells))
+        for cell in self.cells.values():
+            cell.kernel = {side: kernels.get(cell.name, {}).get(side) for side in SIDES}
 
     def summary(self) -> dict[str, Any]:
         return {"commit": self.commit, "grid": self.grid, "benches": self.benches,
@@ -294,8 +186,8 @@ class Comparison:
                 "sides": {label: {"text": side.text, "describe": side.describe(),
                                   "pins": side.pins,
                                   "local": [str(p) for p in side.local],
-                                  "env_name": self.env_names.get(label),
-                                  "versions": self.versions.get(label, {})}
+                                  "env_name": self.sets.env_names.get(label),
+                                  "versions": self.sets.versions.get(label, {})}
                           for label, side in self.sides.items()},
                 "settings": {"screen_rounds": SCREEN_ROUNDS, "confirm_rounds": CONFIRM_ROUNDS,
                              "screen_factor": SCREEN_FACTOR, "factor": FACTOR,
@@ -312,7 +204,8 @@ class Comparison:
     def run(self) -> dict[str, Any]:
         """All stages; returns the summary (also written to ``versions.json``)."""
         start = time.monotonic()
-        self.check()
+        if not self.checked:
+            self.check()
         self.build()
         self.seconds["build"] = round(time.monotonic() - start, 1)
         passed = self.screen()

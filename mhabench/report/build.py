@@ -28,6 +28,7 @@ from mhabench.report import (
     sections_models,
     sections_overview,
     sections_profile,
+    sections_releases,
     sections_validation,
     sections_versions,
 )
@@ -65,6 +66,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
     ("memory-and-track", "Memory and track_ values across commits",
      sections_history.values_section),
     ("versions", "Versions side by side", sections_versions.versions_section),
+    (sections_releases.SECTION_ID, "Across releases", sections_releases.releases_section),
     ("machines", "Machines side by side", sections_compare.machines_section),
     ("profile", "Profile breakdown by region", sections_profile.profile_section),
 )

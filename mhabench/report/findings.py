@@ -12,11 +12,12 @@ from collections.abc import Callable
 import pandas as pd
 
 from mhabench.analysis.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.releases import finding as releases_finding
 from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
 from mhabench.analysis.versions import finding
 from mhabench.core.backends import BUILTIN
 from mhabench.core.cost import TRAIN_FACTOR
-from mhabench.report import sections_models
+from mhabench.report import sections_models, sections_releases
 from mhabench.report.context import CONFIG_KEY, Context
 from mhabench.report.palette import FRAMEWORK_NAMES
 from mhabench.report.sections_compare import best_backends
@@ -259,6 +260,12 @@ def versions(ctx: Context, sections: dict[str, Section], machine: str) -> str | 
     return None if summary is None else finding(summary)
 
 
+def releases(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
+    section = sections.get(sections_releases.SECTION_ID)
+    summary = section.facts.get("summary") if section else None
+    return None if summary is None else releases_finding(summary)
+
+
 def fallbacks(ctx: Context, sections: dict[str, Section], machine: str) -> str | None:
     k = ctx.kernels
     if k is None or k.empty:
@@ -329,15 +336,16 @@ QUESTIONS: tuple[tuple[str, str, Answer], ...] = (
     ("Regressions since the previous commit", "regressions", regressions),
     ("Your backends against the baselines", "regressions", own_backends),
     ("Did the other dependency set slow a cell?", "versions", versions),
+    ("Which release changed a cell?", sections_releases.SECTION_ID, releases),
     ("GPU kernels against the peak (16k tokens, width 128)", "gpu-peak", gpu_peak),
     ("Kernel fallbacks", "kernels", fallbacks),
     ("Cells skipped or failed", "warnings", missing),
 )
 
 
-# Questions only some runs ask (a versions comparison, plug-in backends): left out where
-# nothing answers them.
-ONLY_WHEN_MEASURED = frozenset({versions, own_backends})
+# Questions only some runs ask (a versions comparison, a release sweep, plug-in backends):
+# left out where nothing answers them.
+ONLY_WHEN_MEASURED = frozenset({versions, releases, own_backends})
 
 
 def machine_label(ctx: Context, machine: str) -> str:
