@@ -42,23 +42,53 @@ def density(x: np.ndarray, grid: np.ndarray, bandwidth: float = BANDWIDTH) -> np
     return np.exp(-0.5 * z * z).sum(axis=0) / (len(x) * bandwidth * np.sqrt(2 * np.pi))
 
 
+@dataclass(frozen=True)
+class Overlap:
+    """The Bhattacharyya coefficient of two sides' densities of log process medians, at
+    every shift of the new side on a grid of :data:`GRID_STEP`."""
+
+    values: np.ndarray
+    zero: int  # the index of shift 0
+
+    @staticmethod
+    def of(base: np.ndarray, new: np.ndarray, span: tuple[float, float] | None = None,
+           bandwidth: float = BANDWIDTH) -> Overlap:
+        """Over the log values ``span`` (default: both sides' range and some margin)."""
+        lo, hi = span or (min(base.min(), new.min()) - 4 * bandwidth,
+                          max(base.max(), new.max()) + 4 * bandwidth)
+        grid = np.arange(lo, hi + GRID_STEP, GRID_STEP)
+        root_a = np.sqrt(density(base, grid, bandwidth))
+        root_b = np.sqrt(density(new, grid, bandwidth))
+        return Overlap(np.correlate(root_b, root_a, mode="full"), len(root_a) - 1)
+
+    def best(self) -> int:
+        return int(np.argmax(self.values))
+
+    def climb(self, k: int) -> int:
+        """The top of the peak reached uphill from index ``k``."""
+        v = self.values
+        while True:
+            up = [j for j in (k - 1, k + 1) if 0 <= j < len(v) and v[j] > v[k]]
+            if not up:
+                return k
+            k = max(up, key=lambda j: v[j])
+
+    def shift(self, k: int) -> float:
+        """Index ``k``'s shift (log units), refined by a parabola through its neighbours."""
+        offset = 0.0
+        if 0 < k < len(self.values) - 1:
+            left, mid, right = self.values[k - 1:k + 2]
+            curve = left - 2 * mid + right
+            offset = 0.5 * (left - right) / curve if curve < 0 else 0.0
+        return (k - self.zero + offset) * GRID_STEP
+
+
 def align(base: np.ndarray, new: np.ndarray, bandwidth: float = BANDWIDTH) -> float:
     """The shift (log units) that best lines up ``new``'s levels with ``base``'s (both log
     process medians): the argmax of the Bhattacharyya coefficient of the two densities,
     refined by a parabola through the best grid point and its neighbours."""
-    lo = min(base.min(), new.min()) - 4 * bandwidth
-    hi = max(base.max(), new.max()) + 4 * bandwidth
-    grid = np.arange(lo, hi + GRID_STEP, GRID_STEP)
-    root_a = np.sqrt(density(base, grid, bandwidth))
-    root_b = np.sqrt(density(new, grid, bandwidth))
-    overlap = np.correlate(root_b, root_a, mode="full")  # index k: shift (k - len + 1) steps
-    k = int(np.argmax(overlap))
-    offset = 0.0
-    if 0 < k < len(overlap) - 1:
-        left, mid, right = overlap[k - 1:k + 2]
-        curve = left - 2 * mid + right
-        offset = 0.5 * (left - right) / curve if curve < 0 else 0.0
-    return (k - (len(root_a) - 1) + offset) * GRID_STEP
+    overlap = Overlap.of(base, new, bandwidth=bandwidth)
+    return overlap.shift(overlap.best())
 
 
 @dataclass(frozen=True)

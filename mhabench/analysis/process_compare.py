@@ -26,13 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from mhabench.analysis.modes import Mode, align, mix_p, modes
+from mhabench.analysis.modes import BANDWIDTH, Mode, Overlap, mix_p, modes
 
 DRAWS = 1000  # bootstrap resamples
 FAST_MARGIN = 1.25  # the machine's slow mode runs 1.25-1.9x slow
+FEW = 8  # processes a side below which a screen looks at the fast processes too
 LEVEL = 0.95  # two-sided confidence level of the interval
 SCREEN_FACTOR = 1.05  # a screen ratio past this either way goes on to fresh processes
 FACTOR = 1.05  # a change: the interval clears 1.0 and the ratio passes this
+# Resamples whose best alignment lies this far (log units) from the peak nearest the data's
+# count as lining up other levels; past this share of them the alignment is in doubt.
+FLIP_APART = 0.02
+FLIPS = 0.2
 MIX_LEVEL = 0.05  # a mix shift worth a line: Fisher's p below this
 
 
@@ -48,9 +53,9 @@ class Comparison:
     modes: tuple[Mode, ...] = field(default=())  # both sides lined up, fastest first
     mix_p: float | None = None  # Fisher's p of the sides' mode shares (None: one mode)
     # new / base of each side's fastest processes (those within FAST_MARGIN of its
-    # fastest): where half a side's processes ran in the machine's slow mode, their level
-    # and the other side's can line up as well as the true one, and this reading tells
-    # the screen to look again
+    # fastest): over few processes, where half a side's ran in the machine's slow mode,
+    # their level and the other side's can line up as well as the true one, and this
+    # reading tells the screen to look again
     fast_ratio: float | None = None
 
     @property
@@ -114,11 +119,23 @@ def compare(base: Sequence[float], new: Sequence[float], *, draws: int = DRAWS,
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"need at least two timed processes a side, got {len(a)} and "
                          f"{len(b)}")
-    shift = align(a, b)
+    span = (min(a.min(), b.min()) - 4 * BANDWIDTH, max(a.max(), b.max()) + 4 * BANDWIDTH)
+    whole = Overlap.of(a, b, span)
+    top = whole.best()
+    shift = whole.shift(top)
+    # Each resample's best shift, and the top of the peak nearest this one: where the
+    # resamples often line up other levels instead (half a side's processes in the slow
+    # mode, or in a fast one), the data do not say which alignment holds and the interval
+    # spans them all; otherwise it is the spread of this alignment alone.
     rng = np.random.default_rng(seed)
     ia = rng.integers(0, len(a), size=(draws, len(a)))
     ib = rng.integers(0, len(b), size=(draws, len(b)))
-    boot = np.array([align(a[ja], b[jb]) for ja, jb in zip(ia, ib, strict=True)])
+    best, near = np.empty(draws), np.empty(draws)
+    for i, (ja, jb) in enumerate(zip(ia, ib, strict=True)):
+        drawn = Overlap.of(a[ja], b[jb], span)
+        best[i], near[i] = drawn.shift(drawn.best()), drawn.shift(drawn.climb(top))
+    flipped = float(np.mean(np.abs(best - near) > FLIP_APART))
+    boot = best if flipped > FLIPS else near
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(boot, [tail, 100 - tail])
     # A percentile bootstrap over few processes is too narrow (four a side resample into
@@ -136,10 +153,13 @@ def compare(base: Sequence[float], new: Sequence[float], *, draws: int = DRAWS,
 
 
 def lean(result: Comparison, factor: float = SCREEN_FACTOR) -> str:
-    """"+" (slower) or "-" (faster) where the ratio passes ``factor`` that way, else where
-    the fast processes' ratio does (:attr:`Comparison.fast_ratio`), "" where neither does:
-    what a screen passes on to fresh processes."""
-    for ratio in (result.ratio, result.fast_ratio):
+    """"+" (slower) or "-" (faster) where the ratio passes ``factor`` that way, "" where it
+    does not: what a screen passes on to fresh processes. Over fewer than :data:`FEW`
+    processes a side the fast processes' ratio (:attr:`Comparison.fast_ratio`) counts too:
+    two slow processes of four can line up with the other side's level as well as the
+    true alignment does."""
+    few = min(result.base_processes, result.new_processes) < FEW
+    for ratio in (result.ratio, result.fast_ratio if few else None):
         if ratio is not None and ratio >= factor:
             return "+"
         if ratio is not None and ratio <= 1 / factor:

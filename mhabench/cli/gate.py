@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as err:  # asv failed: its own message, on one line
         raise CLIError(str(err).replace("\n", " ")) from err
     print(f"mhabench gate: {len(verdict.screened)} cell(s) passed on by the screen "
-          f"({SCREEN_ROUNDS} rounds, beyond {SCREEN_FACTOR}x), {len(verdict.confirmed)} "
+          f"({SCREEN_ROUNDS} rounds, beyond {SCREEN_FACTOR}x or a mix of modes), "
+          f"{len(verdict.confirmed)} "
           f"confirmed ({CONFIRM_ROUNDS} fresh rounds: interval clear of 1, beyond {FACTOR}x); "
           f"results in {verdict.folder}")
     for change in verdict.failed:
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     confirmed = {c.cell for c in verdict.confirmed}
     for change in verdict.screened:
         if change.cell not in confirmed:  # passed on by the screen only
-            print(f"{'cleared':<7} {'-':>7}  {change.cell}  (screen {change.ratio:.2f}x)")
+            why = "its modes' mix" if change.mark == "~" else f"{change.ratio:.2f}x"
+            print(f"{'cleared':<7} {'-':>7}  {change.cell}  (screen {why})")
     for change in verdict.mixed:  # the level held; the processes' mix of modes moved
         print(f"{'modes':<7} {change.ratio:>6.2f}x  {change.cell}  {change.modes}")
     return 1 if verdict.regressions else 0
