@@ -141,10 +141,13 @@ def test_two_steps_are_both_named(repo33) -> None:
     # a cell whose ends do not differ is not followed: up at 9 and back at 23
     found, _ = search(repo, hashes, {CELL.format("c"): levels[CELL.format("c")]})
     assert not found.changed and not found.culprits
-    # two steps of one cell, the same way
-    both = [0.02 * (1.3 if i >= 6 else 1.0) * (1.3 if i >= 26 else 1.0) for i in range(33)]
-    found, _ = search(repo, hashes, {CELL.format("a"): both})
-    assert [c.commit for c in found.culprits] == [hashes[6], hashes[26]], lines(found)
+    # two steps of one cell, the same way; a large one beside a smaller one in the other
+    # half of the first probe (the plug-in's float64 softmax, then its float64 mixing)
+    for first, second in ((1.3, 1.3), (2.5, 1.35)):
+        both = [0.02 * (first if i >= 6 else 1.0) * (second if i >= 26 else 1.0)
+                for i in range(33)]
+        found, _ = search(repo, hashes, {CELL.format("a"): both})
+        assert [c.commit for c in found.culprits] == [hashes[6], hashes[26]], lines(found)
 
 
 def test_no_change_ends_after_the_ends(repo33) -> None:

@@ -10,6 +10,7 @@ from mhabench.analysis.process_compare import FACTOR, Comparison, compare, verdi
 
 Timed = dict[str, dict[str, list[float] | None]]  # cell -> commit -> process medians
 SURE = 0.95  # a half holds the step in this share of bootstrap draws
+SETTLED = 4  # processes a side after which a half whose ratio sits within the factor is quiet
 
 
 def compared(timed: Timed, cell: str, a: str, b: str) -> Comparison | None:
@@ -74,10 +75,14 @@ def which_half(timed: Timed, cell: str, trio: list[str], *, final: bool) -> str:
     if said[0] != "unchanged" and said[1] != "unchanged":
         return "both"
     share = low_share(timed, cell, trio)
-    if share >= SURE:
-        return "low"
-    if share <= 1 - SURE:
-        return "high"
+    side = "low" if share >= SURE else "high" if share <= 1 - SURE else ""
+    if side:
+        # the other half may hold a second, smaller change: it must read none, or its
+        # own change is waited for
+        other = high if side == "low" else low
+        if quiet(other) or final:
+            return side
+        return ""
     span = compared(timed, cell, trio[0], trio[2])
     if span is None or verdict(span) == "unchanged":
         # the ends, measured together, no longer differ: the change did not recur here
@@ -87,3 +92,13 @@ def which_half(timed: Timed, cell: str, trio: list[str], *, final: bool) -> str:
     if final:
         return "low" if share >= 0.5 else "high"
     return ""
+
+
+def quiet(half: Comparison) -> bool:
+    """A half that holds no change of its own: its ratio within the factor and, on at
+    least :data:`SETTLED` processes a side, or where its interval lies within the factor,
+    nothing more to wait for."""
+    within = 1 / FACTOR < half.ratio < FACTOR
+    banded = 1 / FACTOR < half.low and half.high < FACTOR
+    settled = min(half.base_processes, half.new_processes) >= SETTLED
+    return within and (settled or banded)
