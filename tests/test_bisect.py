@@ -141,13 +141,24 @@ def test_two_steps_are_both_named(repo33) -> None:
     # a cell whose ends do not differ is not followed: up at 9 and back at 23
     found, _ = search(repo, hashes, {CELL.format("c"): levels[CELL.format("c")]})
     assert not found.changed and not found.culprits
-    # two steps of one cell, the same way; a large one beside a smaller one in the other
-    # half of the first probe (the plug-in's float64 softmax, then its float64 mixing)
-    for first, second in ((1.3, 1.3), (2.5, 1.35)):
-        both = [0.02 * (first if i >= 6 else 1.0) * (second if i >= 26 else 1.0)
-                for i in range(33)]
-        found, _ = search(repo, hashes, {CELL.format("a"): both})
-        assert [c.commit for c in found.culprits] == [hashes[6], hashes[26]], lines(found)
+    # two steps of one cell, the same way
+    both = [0.02 * (1.3 if i >= 6 else 1.0) * (1.3 if i >= 26 else 1.0) for i in range(33)]
+    found, _ = search(repo, hashes, {CELL.format("a"): both})
+    assert [c.commit for c in found.culprits] == [hashes[6], hashes[26]], lines(found)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_large_step_and_a_smaller_one_in_one_cell_are_both_named(repo33, seed) -> None:
+    """The real-run test's two changes: the plug-in's float64 softmax (2.5x) at 11, its
+    float64 mixing (1.35x more) at 21, in the two halves of the first probe, with the
+    scatter of that cell's processes (6 %): the larger half must not be taken before the
+    smaller one has been looked at, and a commit a probe points at by chance is cleared
+    by its own fresh rounds."""
+    repo, hashes = repo33
+    both = [0.02 * (2.5 if i >= 11 else 1.0) * (1.35 if i >= 21 else 1.0) for i in range(33)]
+    found, _ = search(repo, hashes, {CELL.format("a"): both}, scatter=0.06, seed=seed)
+    assert [c.commit for c in found.culprits] == [hashes[11], hashes[21]], lines(found)
+    assert all(c.commit not in (hashes[11], hashes[21]) for c in found.cleared)
 
 
 def test_no_change_ends_after_the_ends(repo33) -> None:

@@ -60,6 +60,9 @@ def lines(search: Any, short: Callable[[str], str] = lambda point: point[:8],
             out.append(f" {mark}{result.ratio:5.2f}x [{result.low:.2f}, {result.high:.2f}]  "
                        f"{cell}" + (f"  kernel {kernel[0]} -> {kernel[1]}" if kernel else "")
                        + (f"; {result.describe_modes()}" if len(result.modes) > 1 else ""))
+    for cleared in search.cleared:
+        out.append(f"cleared {cleared.commit[:8]} \"{cleared.subject}\": the probes pointed "
+                   "at it, its fresh rounds against the commit before found no change")
     for skipped in sorted(search.skipped, key=commits.index):
         out.append(f"skipped {short(skipped)}: failed to build or run")
     for lost in search.lost:

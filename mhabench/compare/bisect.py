@@ -138,6 +138,8 @@ class Search:
     stages: list[Stage] = field(default_factory=list)
     skipped: set[str] = field(default_factory=set)
     lost: list[str] = field(default_factory=list)  # stretches whose change did not recur
+    # commits the probes pointed at whose fresh rounds found no cell changed
+    cleared: list[Culprit] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -152,6 +154,7 @@ class Search:
         return {"good": self.commits[0], "bad": self.commits[-1], "commits": self.commits,
                 "changed": {k: v.as_dict() for k, v in self.changed.items()},
                 "culprits": [c.as_dict() for c in self.culprits],
+                "cleared": [c.as_dict() for c in self.cleared],
                 "stages": [s.as_dict() for s in self.stages], "skipped": sorted(self.skipped),
                 "lost": self.lost, "probes": self.probes, "rounds": self.rounds,
                 "seconds": round(self.seconds, 1)}
@@ -326,6 +329,11 @@ class Bisect:
         self.search.culprits.sort(key=lambda c: self.search.commits.index(c.commit))
         for culprit in self.search.culprits:
             self.confirm_culprit(culprit)
+        # a commit none of whose cells its fresh rounds find changed is no culprit
+        self.search.cleared = [c for c in self.search.culprits
+                               if len(c.unconfirmed) == len(c.cells)]
+        self.search.culprits = [c for c in self.search.culprits
+                                if c not in self.search.cleared]
         self.search.seconds = time.monotonic() - start
         self.write()
         return self.search
