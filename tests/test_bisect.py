@@ -128,6 +128,20 @@ def test_one_step_names_its_commit_and_only_its_cells(repo33, at, factor) -> Non
         assert len(commits) in (2, 3)
 
 
+def test_a_batch_of_three_rounds_sizes_every_stage(repo33) -> None:
+    repo, hashes = repo33
+    levels = {CELL.format("a"): step(33, 11, 1.5), CELL.format("b"): step(33, 0, 1)}
+    simulated = Simulated(hashes, levels, seed=3)
+    found = Bisect(hashes[0], hashes[-1], root=repo, echo=lambda text: None,
+                   rounds=simulated, tracks=None, batch=3).run()
+    assert [c.commit for c in found.culprits] == [hashes[11]], lines(found)
+    # every asv run is a batch of 3 rounds, but a culprit's first confirmation (6)
+    assert {count for _, _, count in simulated.calls} <= {3, 6}
+    assert all(s.rounds <= 12 for s in found.stages)
+    confirm = next(s for s in found.stages if s.name.startswith("culprit-"))
+    assert confirm.rounds >= 6
+
+
 def test_two_steps_are_both_named(repo33) -> None:
     repo, hashes = repo33
     levels = {CELL.format("a"): step(33, 9, 1.5),  # a step in one cell
@@ -233,6 +247,8 @@ def test_bad_input_is_one_clear_line(repo33, tmp_path) -> None:
         Bisect(hashes[5], hashes[6], root=repo)
     with pytest.raises(BisectError, match="no asv.conf.json"):
         Bisect(hashes[0], hashes[5], root=tmp_path)
+    with pytest.raises(BisectError, match="--rounds 1 is too few"):
+        Bisect(hashes[0], hashes[5], root=repo, batch=1)
     # a cell that fails at an end: nothing to compare, and nothing is searched
     simulated = Simulated(hashes, {CELL.format("a"): step(33, 3, 1.5)}, failing={hashes[-1]})
     with pytest.raises(BisectError, match="fail at GOOD or BAD"):

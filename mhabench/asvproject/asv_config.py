@@ -9,6 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
+BUILD_CACHE = 16  # builds asv keeps per environment for rounds written here
+
 
 def write_config(root: Path, out: Path, exist_ok: bool = False,
                  results: Path | None = None, html: Path | None = None) -> Path:
@@ -26,6 +28,9 @@ def write_config(root: Path, out: Path, exist_ok: bool = False,
             conf[key] = str((Path(root) / conf[key]).resolve())
     conf.update(results_dir=str(Path(results or out / "results").resolve()),
                 html_dir=str(Path(html or out / "html").resolve()))
+    # asv keeps the newest few builds of an environment; rounds that alternate three
+    # commits (a culprit search's probe) through a cache of two rebuilt one every round
+    conf["build_cache_size"] = max(int(conf.get("build_cache_size", 2)), BUILD_CACHE)
     path = out / "asv.conf.json"
     path.write_text(json.dumps(conf, indent=1) + "\n")
     return path

@@ -20,6 +20,11 @@ def add_command(sub: Any) -> None:
                    help="asv -b regex of the benchmarks to follow (repeatable; default "
                         "all), e.g. time_step or '^bench_heads'")
     p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.add_argument("--rounds", type=int, default=4, metavar="N",
+                   help="rounds of a batch (default 4): every stage's first and each added "
+                        "while a cell is unclear, at most 4N a stage, 2N at least to "
+                        "confirm a culprit; 3 does for steps of 1.5x and more on cells of "
+                        "a few per cent of scatter")
     p.add_argument("--dry-run", action="store_true",
                    help="say the range, which cells and how long, and run nothing")
     p.set_defaults(func=run)
@@ -29,8 +34,6 @@ def lines(search: Any, short: Callable[[str], str] = lambda point: point[:8],
           noun: str = "commits") -> list[str]:
     """The search's answer as the command prints it; its points (commits, or a list of
     releases: ``noun``) named by ``short``."""
-    from mhabench.compare.bisect import FIRST_ROUNDS
-
     commits = search.commits
     head = (f"mhabench bisect: {len(commits) - 1} {noun} after {short(commits[0])} up to "
             f"{short(commits[-1])}; {len(search.changed)} cell(s) changed between them; "
@@ -39,8 +42,8 @@ def lines(search: Any, short: Callable[[str], str] = lambda point: point[:8],
     out = [head]
     if not search.changed:
         out.append(f"no change: no cell differs between {short(commits[0])} and "
-                   f"{short(commits[-1])} (screen of {FIRST_ROUNDS} rounds, then fresh rounds "
-                   "for the cells that leaned)")
+                   f"{short(commits[-1])} (a screen, then fresh rounds for the cells that "
+                   "leaned)")
     for culprit in search.culprits:
         ways = {"SLOWER" if c.ratio > 1 else "faster" for c in culprit.cells.values()}
         word = "/".join(sorted(ways))
@@ -74,20 +77,22 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from mhabench.cli.common import CLIError
-    from mhabench.compare.bisect import FIRST_ROUNDS, MAX_ROUNDS, Bisect
+    from mhabench.compare.bisect import Bisect
     from mhabench.compare.estimate import estimate
 
     extra = ["--machine", args.machine] if args.machine else []
     search_run = Bisect(args.good, args.bad, args.bench, asv_args=extra,
-                        echo=lambda text: print(text, file=sys.stderr, flush=True))
+                        echo=lambda text: print(text, file=sys.stderr, flush=True),
+                        batch=args.rounds)
+    batch, most = search_run.batch, search_run.most
     found = estimate(args.bench)
     commits = len(search_run.search.commits)
     if found is not None:
         halvings = math.ceil(math.log2(commits - 1))
         print(f"mhabench bisect: {commits - 1} commits, {found.cells} time cell(s); the ends "
-              f"take {found.say(2 * FIRST_ROUNDS, 2)}, and each of about {halvings} probes "
-              f"{found.say(FIRST_ROUNDS, 3)} for a clear step, up to "
-              f"{found.say(MAX_ROUNDS, 3)} for a small one (on the cells that changed)",
+              f"take {found.say(2 * batch, 2)}, and each of about {halvings} probes "
+              f"{found.say(batch, 3)} for a clear step, up to "
+              f"{found.say(most, 3)} for a small one (on the cells that changed)",
               file=sys.stderr)
     if args.dry_run:
         return 0

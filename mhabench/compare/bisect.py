@@ -27,11 +27,9 @@ for ``mhabench report`` and ``asv publish``; ``bisect.json`` the search.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,13 +37,13 @@ from typing import Any
 from mhabench.analysis.process_compare import Comparison, lean, verdict
 from mhabench.compare.halves import Timed, cleared, compared, merge, middles, which_half
 from mhabench.compare.rounds import cell_pattern, commit_kernels, commit_rounds, resolve
+from mhabench.compare.search_record import Culprit, Search, Stage
 
 BISECT_DIR = Path(".asv") / "bisect"
-FIRST_ROUNDS = 4  # rounds of every stage's first batch
-MORE_ROUNDS = 4  # added where a cell's answer is not clear yet
-MAX_ROUNDS = 16  # rounds at most of one stage (after the screen)
-CULPRIT_ROUNDS = 8  # fresh rounds, at least, of a culprit and the commit before it
-
+FIRST_ROUNDS = 4  # a batch: every stage's first rounds, and those added while unclear
+MORE_ROUNDS = FIRST_ROUNDS
+MAX_ROUNDS = 4 * FIRST_ROUNDS  # rounds at most of one stage (after the screen)
+CULPRIT_ROUNDS = 2 * FIRST_ROUNDS  # fresh rounds, at least, of a culprit and its parent
 
 
 class BisectError(ValueError):
@@ -82,84 +80,6 @@ def subject(root: Path, commit: str) -> str:
     return _git(root, "log", "-1", "--format=%s", commit)
 
 
-@dataclass
-class Stage:
-    """One stage's asv runs: the commits and cells it timed, its rounds, its time."""
-
-    name: str
-    commits: list[str]
-    cells: list[str]
-    rounds: int = 0
-    seconds: float = 0.0
-    folders: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "commits": self.commits, "cells": self.cells,
-                "rounds": self.rounds, "seconds": round(self.seconds, 1),
-                "folders": self.folders}
-
-
-@dataclass
-class Culprit:
-    """A commit that changed some cells, against the commit before it."""
-
-    commit: str
-    before: str
-    subject: str
-    cells: dict[str, Comparison]
-    # commits between ``before`` and ``commit`` skipped because they failed to run: the
-    # change is in one of them or in ``commit``
-    skipped: list[str] = field(default_factory=list)
-    kernels: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    unclear: bool = False  # a probe ran out of rounds before a half was clear
-    unconfirmed: list[str] = field(default_factory=list)  # cells fresh rounds read unchanged
-
-    @property
-    def ratio(self) -> float:
-        """The geometric mean of its cells' ratios."""
-        return math.exp(sum(math.log(c.ratio) for c in self.cells.values()) / len(self.cells))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"commit": self.commit, "before": self.before, "subject": self.subject,
-                "ratio": self.ratio, "cells": {k: v.as_dict() for k, v in self.cells.items()},
-                "skipped": self.skipped, "unclear": self.unclear,
-                "unconfirmed": self.unconfirmed,
-                "kernels": {k: list(v) for k, v in self.kernels.items()}}
-
-
-@dataclass
-class Search:
-    """A whole search: its range, the cells that differ at its ends, its culprits."""
-
-    commits: list[str]
-    folder: Path
-    changed: dict[str, Comparison] = field(default_factory=dict)
-    culprits: list[Culprit] = field(default_factory=list)
-    stages: list[Stage] = field(default_factory=list)
-    skipped: set[str] = field(default_factory=set)
-    lost: list[str] = field(default_factory=list)  # stretches whose change did not recur
-    # commits the probes pointed at whose fresh rounds found no cell changed
-    cleared: list[Culprit] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def probes(self) -> int:
-        return sum(s.name.startswith("probe") for s in self.stages)
-
-    @property
-    def rounds(self) -> int:
-        return sum(s.rounds for s in self.stages)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"good": self.commits[0], "bad": self.commits[-1], "commits": self.commits,
-                "changed": {k: v.as_dict() for k, v in self.changed.items()},
-                "culprits": [c.as_dict() for c in self.culprits],
-                "cleared": [c.as_dict() for c in self.cleared],
-                "stages": [s.as_dict() for s in self.stages], "skipped": sorted(self.skipped),
-                "lost": self.lost, "probes": self.probes, "rounds": self.rounds,
-                "seconds": round(self.seconds, 1)}
-
-
 class Bisect:
     """One search (see the module docstring); :meth:`run` does it all.
 
@@ -175,7 +95,7 @@ class Bisect:
                  tracks: Callable[..., dict[str, dict[str, Any]]] | None = commit_kernels,
                  points: Sequence[str] | None = None,
                  describe: Callable[[str], str] | None = None,
-                 folder: Path | None = None) -> None:
+                 folder: Path | None = None, batch: int = FIRST_ROUNDS) -> None:
         self.root = Path(root)
         if not (self.root / "asv.conf.json").is_file():
             raise BisectError(f"{str(root)!r} has no asv.conf.json: run from the project's "
@@ -184,6 +104,12 @@ class Bisect:
         self.describe = describe or (lambda commit: subject(self.root, commit))
         self.benches, self.asv_args, self.echo = list(benches), list(asv_args), echo
         self._rounds, self._tracks = rounds, tracks
+        if batch < 2:
+            raise BisectError(f"--rounds {batch} is too few: a batch needs 2 processes a "
+                              "commit at least (default 4)")
+        # a batch of rounds: each stage's first and each added; a stage's most; a
+        # culprit's confirmation's least
+        self.batch, self.most, self.culprit_rounds = batch, 4 * batch, 2 * batch
         folder = folder or (self.root / BISECT_DIR
                             / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
         self.search = Search(commits, Path(folder).resolve())
@@ -207,7 +133,7 @@ class Bisect:
         good, bad = self.search.commits[0], self.search.commits[-1]
         screen = Stage("ends-screen", [good, bad], list(self.benches))
         self.search.stages.append(screen)
-        timed = self._time(screen, [good, bad], self.benches, FIRST_ROUNDS)
+        timed = self._time(screen, [good, bad], self.benches, self.batch)
         failing = sorted(c for c, by in timed.items() if by.get(good) is None
                          or by.get(bad) is None)
         if failing:
@@ -221,7 +147,7 @@ class Bisect:
             result = compared(timed, cell, good, bad)
             if result is not None and lean(result):
                 leaning[cell] = lean(result)
-        return self._confirm("ends-confirm", good, bad, leaning, FIRST_ROUNDS)[0]
+        return self._confirm("ends-confirm", good, bad, leaning, self.batch)[0]
 
     def _confirm(self, name: str, a: str, b: str, ways: dict[str, str], least: int
                  ) -> tuple[dict[str, Comparison], dict[str, Comparison]]:
@@ -233,8 +159,8 @@ class Bisect:
         self.search.stages.append(stage)
         fresh: Timed = {}
         open_cells, changed = sorted(ways), {}
-        while open_cells and stage.rounds < MAX_ROUNDS:
-            count = least if not stage.rounds else MORE_ROUNDS
+        while open_cells and stage.rounds < self.most:
+            count = least if not stage.rounds else self.batch
             merge(fresh, self._time(stage, [a, b], [cell_pattern(c) for c in open_cells],
                                      count))
             still = []
@@ -267,8 +193,8 @@ class Bisect:
             self.search.stages.append(stage)
             timed: Timed = {}
             open_cells, where = sorted(cells), {}
-            while open_cells and stage.rounds < MAX_ROUNDS:
-                count = FIRST_ROUNDS if not stage.rounds else MORE_ROUNDS
+            while open_cells and stage.rounds < self.most:
+                count = self.batch
                 merge(timed, self._time(stage, trio, [cell_pattern(c) for c in open_cells],
                                          count))
                 if all(timed.get(c, {}).get(trio[1]) is None for c in open_cells):
@@ -358,7 +284,7 @@ class Bisect:
         library call whose kernel asv records."""
         ways = {c: "+" if r.ratio > 1 else "-" for c, r in culprit.cells.items()}
         changed, rest = self._confirm(f"culprit-{culprit.commit[:8]}", culprit.before,
-                                      culprit.commit, ways, CULPRIT_ROUNDS)
+                                      culprit.commit, ways, self.culprit_rounds)
         culprit.cells = {**changed, **rest}
         culprit.unconfirmed = sorted(rest)
         culprit.kernels = self._kernels(culprit.before, culprit.commit, list(changed))

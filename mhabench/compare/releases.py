@@ -37,9 +37,10 @@ from typing import Any
 
 from mhabench.analysis.process_compare import FACTOR
 from mhabench.analysis.releases import SUMMARY, cell_summary, changes
-from mhabench.compare.bisect import Bisect, Search
+from mhabench.compare.bisect import Bisect
 from mhabench.compare.dependency_sets import DependencySets
 from mhabench.compare.rounds import CONFIRM_ROUNDS, SAMPLES
+from mhabench.compare.search_record import Search
 from mhabench.compare.sides import (
     SideError,
     parse_side,
