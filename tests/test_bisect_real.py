@@ -38,6 +38,9 @@ COMMITS = 32  # after the first, as the culprit search's test asks
 # asv's install and forkserver start either way.
 CELLS = r"^bench_mhabench\.MhaGqaMqa\.time_step\('torch', 'mysdpa', 2, 512, 256, 16, 4, "
 GRID = "quick"
+# Batches of 3 rounds (the command's --rounds): both steps are 1.3x and more on a cell whose
+# processes scatter a few per cent, and a round of three commits costs about 9 s here.
+BATCH = 3
 
 
 def mhabench(cwd: Path, *args: str, env: dict[str, str], timeout: float = 3000
@@ -93,8 +96,8 @@ def test_bisect_names_both_changes_and_no_change_before_them(tmp_path: Path,
                                                  second: {"mixing_float64": True}})
     env = {**asv_home, "MHABENCH_PREIMPORT": "torch"}
     start = time.monotonic()
-    both = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS, commits[0],
-                    commits[-1], env=env)
+    both = mhabench(repo, "bisect", "--machine", "pytest-machine", "--rounds", str(BATCH),
+                    "-b", CELLS, commits[0], commits[-1], env=env)
     seconds = time.monotonic() - start
     print(both.stdout, f"{seconds:.0f} s")
     assert both.returncode == 1, (both.stdout + both.stderr)[-3000:]
@@ -107,8 +110,8 @@ def test_bisect_names_both_changes_and_no_change_before_them(tmp_path: Path,
     assert not (repo / ".asv" / "results").exists()  # results are only added to
 
     start = time.monotonic()
-    none = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS, commits[0],
-                    commits[first - 1], env=env)
+    none = mhabench(repo, "bisect", "--machine", "pytest-machine", "--rounds", str(BATCH),
+                    "-b", CELLS, commits[0], commits[first - 1], env=env)
     print(none.stdout, f"{time.monotonic() - start:.0f} s")
     assert none.returncode == 0, (none.stdout + none.stderr)[-3000:]
     assert "no change:" in none.stdout and not culprits(none.stdout)
@@ -135,7 +138,8 @@ def main(repeats: int, keep: Path, scale: str) -> None:
             repo, commits = history(tmp, env, {at: {"mixing_float64": True}},
                                     start={"float64": True})
         began = time.monotonic()
-        done = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS,
+        done = mhabench(repo, "bisect", "--machine", "pytest-machine", "--rounds", str(BATCH),
+                        "-b", CELLS,
                         commits[0], commits[-1], env={**env, "MHABENCH_PREIMPORT": "torch"})
         found = culprits(done.stdout)
         stats = re.search(r"(\d+) probe\(s\), (\d+) rounds, ([\d.]+) min", done.stdout)

@@ -37,6 +37,9 @@ def add_command(sub: Any) -> None:
     p.add_argument("--search", action="store_true",
                    help="search the list (first and last, then middles) instead of timing "
                         "every set")
+    p.add_argument("--rounds", type=int, default=None, metavar="N",
+                   help="rounds of every set in a sweep (default 12), or of a search's batch "
+                        "(default 4; see mhabench bisect --rounds)")
     p.add_argument("--dry-run", action="store_true",
                    help="say the sets, which cells and how long, and run nothing")
     p.set_defaults(func=run)
@@ -77,7 +80,7 @@ def compile_line(row: dict[str, Any]) -> str:
 
 
 def _estimate(args: argparse.Namespace, sets: int, echo: Any) -> None:
-    from mhabench.compare.bisect import FIRST_ROUNDS, MAX_ROUNDS
+    from mhabench.compare.bisect import FIRST_ROUNDS
     from mhabench.compare.estimate import estimate
     from mhabench.compare.releases import SWEEP_ROUNDS
 
@@ -85,15 +88,16 @@ def _estimate(args: argparse.Namespace, sets: int, echo: Any) -> None:
     if found is None:
         return
     if args.search:
+        batch = args.rounds or FIRST_ROUNDS
         halvings = math.ceil(math.log2(sets - 1))
         echo(f"mhabench releases: {sets} sets, {found.cells} time cell(s); besides building "
-             f"the sets it probes, the ends take {found.say(2 * FIRST_ROUNDS, 2)}, and each "
-             f"of about {halvings} probes {found.say(FIRST_ROUNDS, 3)} for a clear step, up "
-             f"to {found.say(MAX_ROUNDS, 3)} for a small one (on the cells that changed)")
+             f"the sets it probes, the ends take {found.say(2 * batch, 2)}, and each "
+             f"of about {halvings} probes {found.say(batch, 3)} for a clear step, up "
+             f"to {found.say(4 * batch, 3)} for a small one (on the cells that changed)")
     else:
         echo(f"mhabench releases: {sets} sets, {found.cells} time cell(s); besides building "
-             f"{sets} environments, {SWEEP_ROUNDS} rounds of every set take "
-             f"{found.say(SWEEP_ROUNDS, sets)}")
+             f"{sets} environments, {args.rounds or SWEEP_ROUNDS} rounds of every set take "
+             f"{found.say(args.rounds or SWEEP_ROUNDS, sets)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.range and args.sets:
         raise CLIError(f"give the sets or --range, not both (sets: {args.sets[0]!r} ...)")
     options = {"grid": args.grid, "machine": args.machine, "echo": echo,
-               "least": SEARCH_LEAST if args.search else 2}
+               "least": SEARCH_LEAST if args.search else 2, "rounds": args.rounds}
     try:  # bad input is one line, before anything else is said
         if args.range:
             releases = Releases.from_range(*args.range, args.bench, **options)

@@ -65,8 +65,13 @@ class Releases:
     def __init__(self, texts: Sequence[str], benches: Sequence[str], *, grid: str = "quick",
                  machine: str | None = None, root: Path = Path("."),
                  echo: Callable[[str], None] = print, least: int = 2,
-                 left_out: Sequence[str] = (), span: dict[str, str] | None = None) -> None:
+                 left_out: Sequence[str] = (), span: dict[str, str] | None = None,
+                 rounds: int | None = None) -> None:
         root = Path(root).resolve()
+        if rounds is not None and rounds < 2:
+            raise ReleaseError(f"--rounds {rounds} is too few: every set needs 2 processes "
+                               f"at least (default {SWEEP_ROUNDS}; a search's batch 4)")
+        self.rounds = rounds  # a sweep's rounds (SWEEP_ROUNDS), a search's batch
         if not (root / "asv.conf.json").is_file():
             raise SideError(f"{str(root)!r} has no asv.conf.json: run from the project's root")
         sides = [parse_side(str(i + 1), text, "set") for i, text in enumerate(texts)]
@@ -125,8 +130,9 @@ class Releases:
         self._selects_a_time_cell()
         self.seconds["build"] = round(time.monotonic() - start, 1)
         configs = self.sets.orders(self.labels, self.folder)
-        self.echo(f"mhabench releases: {SWEEP_ROUNDS} rounds of {len(self.labels)} sets")
-        timed = self.sets.rounds(configs, self.labels, self.sets.benches, SWEEP_ROUNDS)
+        rounds = self.rounds or SWEEP_ROUNDS
+        self.echo(f"mhabench releases: {rounds} rounds of {len(self.labels)} sets")
+        timed = self.sets.rounds(configs, self.labels, self.sets.benches, rounds)
         self.seconds["rounds"] = round(time.monotonic() - start - self.seconds["build"], 1)
         kernels, compiled = self.sets.kernels_and_compile(configs[0], self.labels, timed)
         self.seconds["total"] = round(time.monotonic() - start, 1)
@@ -165,7 +171,7 @@ class Releases:
                              "env_name": sets.env_names.get(label),
                              "versions": sets.versions.get(label, {})}
                             for label, side in sets.sides.items()],
-               "settings": {"rounds": SWEEP_ROUNDS, "factor": FACTOR,
+               "settings": {"rounds": self.rounds or SWEEP_ROUNDS, "factor": FACTOR,
                             "samples_per_process": SAMPLES},
                "seconds": self.seconds, "cells": list(cells.values()),
                "compile_seconds": [{"cell": c, "seconds": v} for c, v in compiled.items()]}
@@ -188,4 +194,5 @@ class Releases:
         return Bisect(self.labels[0], self.labels[-1], self.sets.benches,
                       root=self.sets.root, echo=self.echo, rounds=self.sets.timed,
                       tracks=self.sets.kernels, points=self.labels, describe=self.describe,
-                      folder=self.folder / "search").run()
+                      folder=self.folder / "search",
+                      **({"batch": self.rounds} if self.rounds else {})).run()
