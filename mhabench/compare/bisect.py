@@ -201,7 +201,8 @@ class Bisect:
                     break  # the middle commit fails: skip it
                 still = []
                 for cell in open_cells:
-                    answer = which_half(timed, cell, trio, final=False)
+                    answer = which_half(timed, cell, trio, final=False,
+                                        settled=self.batch)
                     if answer:
                         where[cell] = answer
                     else:
@@ -212,7 +213,8 @@ class Bisect:
                 self.search.skipped.add(trio[1])
                 continue
             for cell in open_cells:  # out of rounds: the larger half, marked unclear
-                where[cell] = which_half(timed, cell, trio, final=True) + "?"
+                where[cell] = which_half(timed, cell, trio, final=True,
+                                         settled=self.batch) + "?"
             return mid, where, timed
         return -1, {}, {}
 

@@ -10,7 +10,8 @@ from mhabench.analysis.process_compare import FACTOR, Comparison, compare, verdi
 
 Timed = dict[str, dict[str, list[float] | None]]  # cell -> commit -> process medians
 SURE = 0.95  # a half holds the step in this share of bootstrap draws
-SETTLED = 4  # processes a side after which a half whose ratio sits within the factor is quiet
+SETTLED = 4  # processes a side after which a half whose ratio sits within the factor is
+# quiet: a search's batch (one batch of rounds decides a clear half)
 
 
 def compared(timed: Timed, cell: str, a: str, b: str) -> Comparison | None:
@@ -64,10 +65,12 @@ def low_share(timed: Timed, cell: str, trio: list[str], draws: int = 400,
     return wins / draws
 
 
-def which_half(timed: Timed, cell: str, trio: list[str], *, final: bool) -> str:
+def which_half(timed: Timed, cell: str, trio: list[str], *, final: bool,
+               settled: int = SETTLED) -> str:
     """Where ``cell``'s change between trio[0] and trio[2] lies, from the probe's
     processes: "low", "high", "both" (each half changed), "none" (the ends no longer
-    differ), or "" while unclear (``final``: the likelier half where still unclear)."""
+    differ), or "" while unclear (``final``: the likelier half where still unclear;
+    ``settled``: see :func:`quiet`)."""
     low, high = (compared(timed, cell, trio[i], trio[i + 1]) for i in (0, 1))
     if low is None or high is None:
         return "none" if final else ""
@@ -80,7 +83,7 @@ def which_half(timed: Timed, cell: str, trio: list[str], *, final: bool) -> str:
         # the other half may hold a second, smaller change: it must read none, or its
         # own change is waited for
         other = high if side == "low" else low
-        if quiet(other) or final:
+        if quiet(other, settled) or final:
             return side
         return ""
     span = compared(timed, cell, trio[0], trio[2])
@@ -94,11 +97,11 @@ def which_half(timed: Timed, cell: str, trio: list[str], *, final: bool) -> str:
     return ""
 
 
-def quiet(half: Comparison) -> bool:
+def quiet(half: Comparison, settled: int = SETTLED) -> bool:
     """A half that holds no change of its own: its ratio within the factor and, on at
-    least :data:`SETTLED` processes a side, or where its interval lies within the factor,
+    least ``settled`` processes a side, or where its interval lies within the factor,
     nothing more to wait for."""
     within = 1 / FACTOR < half.ratio < FACTOR
     banded = 1 / FACTOR < half.low and half.high < FACTOR
-    settled = min(half.base_processes, half.new_processes) >= SETTLED
-    return within and (settled or banded)
+    enough = min(half.base_processes, half.new_processes) >= settled
+    return within and (enough or banded)
