@@ -7,7 +7,7 @@ p = 128 (and 64), h = 16 and 32 query heads, MHA and GQA 8:1, and 16k tokens per
 length. Every fused
 call, each of its forced kernels, and the newer backends (torch.compile, FlexAttention,
 JAX blockwise); the report turns the times into TFLOP/s and TB/s against the calibrated
-peak (``bench_calibration``) and the spec sheet's (``mhabench.report.sections_gpu``).
+peak (``bench_calibration``) and the spec sheet's (``mhabench.report.sections.gpu``).
 
 They exist where the grid asks for CUDA (the full grid, ``scripts/gpu-grid``): on a CPU
 grid their cells would all be n/a. Each CUDA sample starts from a cold L2

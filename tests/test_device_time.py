@@ -78,7 +78,7 @@ def test_asv_records_device_time_only_where_cuda_is_asked_for() -> None:
 def test_the_report_puts_host_overhead_beside_the_step() -> None:
     import pandas as pd
 
-    from mhabench.report.sections_overview import _device_columns
+    from mhabench.report.sections.overview import _device_columns
 
     row = {"machine": "gpu", "config_id": "c", "time_ms": 1.5}
     assert _device_columns(row, pd.Series({("gpu", "c"): 0.0011})) == {

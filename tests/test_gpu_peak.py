@@ -20,7 +20,7 @@ from mhabench.analysis.timemodel import timing_cells
 from mhabench.measure import gpu_state
 from mhabench.measure.machine_load import CellLoad
 from mhabench.report.context import Context
-from mhabench.report.sections_gpu import gpu_section
+from mhabench.report.sections.gpu import gpu_section
 
 GPU_RESULTS = Path(__file__).parent / "fixtures" / "gpu_results"
 

@@ -12,8 +12,8 @@ import textwrap
 from dataclasses import replace
 from typing import Any
 
-from mhabench.report.formatting import format_value
-from mhabench.report.palette import FRAMEWORK_NAMES, split_label
+from mhabench.report.render.formatting import format_value
+from mhabench.report.render.palette import FRAMEWORK_NAMES, split_label
 from mhabench.report.types import Plot
 
 MAX_LINES = 6  # more lines than this in one panel: one panel per framework

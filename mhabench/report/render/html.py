@@ -7,7 +7,7 @@ The page answers first: the title, the findings (one line per question and machi
 linking to its evidence), then the contents and the sections. A section opens with its
 plots and summary tables (whole; one longer than :data:`MAX_OPEN_ROWS` collapsed); its
 per-cell tables are collapsed ``<details>`` blocks showing their worst rows, with a line
-linking the CSV that holds them all (:mod:`mhabench.report.excerpt`)."""
+linking the CSV that holds them all (:mod:`mhabench.report.render.excerpt`)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import html
 import json
 from typing import Any
 
-from mhabench.report.excerpt import csv_href, csv_name, excerpt
-from mhabench.report.formatting import format_value, is_number
-from mhabench.report.palette import series_labels
-from mhabench.report.plots import plot_png
+from mhabench.report.render.excerpt import csv_href, csv_name, excerpt
+from mhabench.report.render.formatting import format_value, is_number
+from mhabench.report.render.palette import series_labels
+from mhabench.report.render.plots import plot_png
 from mhabench.report.types import Plot, Report, Section, Table
 
 # A summary table longer than this is collapsed (whole) like a per-cell one.

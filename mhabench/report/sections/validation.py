@@ -26,7 +26,7 @@ from mhabench.analysis.validation_samples import (
     tail_line,
 )
 from mhabench.report.context import Context
-from mhabench.report.sections_model import PERCENT, percent_table, predicted_plot
+from mhabench.report.sections.model import PERCENT, percent_table, predicted_plot
 from mhabench.report.types import Section, Table
 
 

@@ -1,6 +1,6 @@
 """Sections about the calibrated time model: the per-head decomposition of each head sweep
 (with how well the model fits it), the fitted coefficients and the leave-out check (the
-random off-grid validation is :mod:`mhabench.report.sections_validation`)."""
+random off-grid validation is :mod:`mhabench.report.sections.validation`)."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import pandas as pd
 from mhabench.analysis.model_cells import SHARES, fastest, model_rows
 from mhabench.core.models import MODELS, model_shape
 from mhabench.report.context import Context
-from mhabench.report.formatting import size_text
-from mhabench.report.palette import FRAMEWORK_NAMES
+from mhabench.report.render.formatting import size_text
+from mhabench.report.render.palette import FRAMEWORK_NAMES
 from mhabench.report.types import Section, Table
 
 SECTION_ID = "models"  # its id in mhabench.report.build.SECTIONS

@@ -10,7 +10,7 @@ import pandas as pd
 from mhabench.analysis.tracks import kernel_table, step_memory_table, track_values
 from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS, score_term
 from mhabench.report.context import Context
-from mhabench.report.formatting import size_text
+from mhabench.report.render.formatting import size_text
 from mhabench.report.types import Plot, Section, Table
 
 

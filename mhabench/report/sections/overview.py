@@ -17,8 +17,8 @@ from mhabench.report.context import (
     sweep_id,
     sweep_plots,
 )
-from mhabench.report.formatting import date_text, size_text
-from mhabench.report.palette import FRAMEWORK_NAMES
+from mhabench.report.render.formatting import date_text, size_text
+from mhabench.report.render.palette import FRAMEWORK_NAMES
 from mhabench.report.types import Plot, Section, Table
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mhabench.report.excerpt import csv_href, csv_name, excerpt
-from mhabench.report.formatting import format_value
+from mhabench.report.render.excerpt import csv_href, csv_name, excerpt
+from mhabench.report.render.formatting import format_value
 from mhabench.report.types import Report, Section, Table
 
 
