@@ -33,7 +33,7 @@ import pytest
 from support.scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
 from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown
-from mhabench.analysis.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.results import load_results
 from mhabench.compare.rounds import CONFIRM_ROUNDS
 from mhabench.measure.machine_load import read_records

@@ -25,7 +25,7 @@ from support.scratch import asv_env, commit_all, git, scratch_clone
 
 import mhabench.compare.dependency_sets as sets_module
 import mhabench.compare.sides as sides_module
-from mhabench.analysis.releases import changes_frame, load_summary, times_frame
+from mhabench.analysis.comparisons.releases import changes_frame, load_summary, times_frame
 from mhabench.cli import main
 from mhabench.cli.bisect import lines
 from mhabench.compare.releases import RELEASES_DIR, SWEEP_ROUNDS, ReleaseError, Releases

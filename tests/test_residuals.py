@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
+from mhabench.analysis.prediction.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
 
 
 def _cells_and_errors(residual_of_p: bool) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -28,7 +28,7 @@ from support.plugin_package import NAME, write_release
 from support.scratch import asv_env, commit_all, git, scratch_clone
 
 import mhabench.compare.dependency_sets as sets_module
-from mhabench.analysis.versions import VERDICTS, compile_frame
+from mhabench.analysis.comparisons.versions import VERDICTS, compile_frame
 from mhabench.asvproject.result_files import BENCHMARKS, selected_cells
 from mhabench.cli import versions as versions_cli
 from mhabench.compare.dependency_sets import COMPILE_BENCH

@@ -6,7 +6,7 @@ of a second. Each asv timing process records the machine's speed probe before an
 its samples (:mod:`mhabench.measure.machine_load`). A cell's *slowdown* is that probe
 over the machine's fast reading (:func:`mhabench.measure.speed.fast_reference` of the
 probes of all its time cells); the time model is fitted on ``value / slowdown``
-(:func:`mhabench.analysis.timemodel.timing_cells`), and ``mhabench validate`` divides its
+(:func:`mhabench.analysis.prediction.timemodel.timing_cells`), and ``mhabench validate`` divides its
 own timings by the slowdown its probes read against the same reference, so the model and
 the measurements it is checked against are both read at the machine's fast speed.
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from mhabench.analysis.prediction.timemodel import WARM_SUFFIX
 from mhabench.analysis.results import config_from_row, latest
-from mhabench.analysis.timemodel import WARM_SUFFIX
 from mhabench.core.config import DTYPE_BYTES
 from mhabench.core.cost import cost
 from mhabench.measure import gpu_state

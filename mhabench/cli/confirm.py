@@ -47,9 +47,9 @@ def _shifts(args: argparse.Namespace) -> tuple[list[Any], Any]:
     the confirmations folder."""
     from pathlib import Path
 
-    from mhabench.analysis.confirmations import load_confirmations
     from mhabench.analysis.fast_speed import beside_results
-    from mhabench.analysis.regressions import (
+    from mhabench.analysis.history.confirmations import load_confirmations
+    from mhabench.analysis.history.regressions import (
         TIME_KINDS,
         commit_order,
         histories,
@@ -82,8 +82,8 @@ def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
     per cell, each printed."""
     from datetime import UTC, datetime
 
-    from mhabench.analysis.confirmations import Confirmation
-    from mhabench.analysis.process_compare import verdict as judge
+    from mhabench.analysis.comparisons.process_compare import verdict as judge
+    from mhabench.analysis.history.confirmations import Confirmation
     from mhabench.compare.gate import CONFIRM_ROUNDS, FACTOR, confirm
 
     results = confirm(before, after, cells, target, asv_args=["--machine", machine],
@@ -107,7 +107,7 @@ def _confirm_pair(machine: str, before: str, after: str, cells: list[str],
 def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from mhabench.analysis.confirmations import save_confirmations
+    from mhabench.analysis.history.confirmations import save_confirmations
     from mhabench.compare.gate import CONFIRM_ROUNDS
 
     shifts, folder = _shifts(args)

@@ -20,7 +20,7 @@ def add_command(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.analysis.timemodel import (
+    from mhabench.analysis.prediction.timemodel import (
         FEATURES,
         feature_values,
         fit_models,

@@ -149,7 +149,7 @@ def _search(releases: Any) -> int:
 
 
 def _print_sweep(summary: dict[str, Any]) -> int:
-    from mhabench.analysis.releases import cell_order, what
+    from mhabench.analysis.comparisons.releases import cell_order, what
 
     print(f"mhabench releases: {what(summary)} at {summary['commit'][:8]}, "
           f"{len(summary['cells'])} cell(s) in {summary['seconds']['total']:.0f} s; "

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args.out, args.results)  # refuse before any slow work
     validations = []
     if args.validation:
-        from mhabench.analysis.validation import load_validation
+        from mhabench.analysis.prediction.validation import load_validation
 
         given = [Path(p).resolve() for p in args.validation]
         twice = sorted({str(p) for p in given if given.count(p) > 1})

@@ -1,6 +1,6 @@
 """``mhabench validate``: time a seeded random sample of configs off the benchmark grid on
 this machine and compare them with the time model fitted to asv results (see
-:mod:`mhabench.analysis.validation`). The sample lies inside the fitted ranges unless
+:mod:`mhabench.analysis.prediction.validation`). The sample lies inside the fitted ranges unless
 ``--wide``; the configs are timed interleaved (round-robin, median per config), and a
 warning names a busy machine. ``--save FILE.json`` keeps the run for ``mhabench report
 --validation FILE.json``."""
@@ -85,7 +85,7 @@ def _say(message: str) -> None:
 def _machine_models(args: argparse.Namespace, frame: Any) -> tuple[Any, dict, str]:
     """The grid's timing groups, and the time models of the machine this run compares
     with (``--machine``, or the only one the results hold)."""
-    from mhabench.analysis.timemodel import fit_models, groups
+    from mhabench.analysis.prediction.timemodel import fit_models, groups
 
     by_group = groups(frame)  # timing_cells once for the fit, draws and comparison
     models = fit_models(frame, by_group)
@@ -107,8 +107,8 @@ def _at_fast_speed(frame: Any, configs: list, measured: dict, machine: str,
     read) beside; else the timings as read. Returns (as read or None, timings, the
     moment's slowdowns)."""
     from mhabench.analysis.fast_speed import SLOWDOWN
-    from mhabench.analysis.timemodel import fit_models, groups
-    from mhabench.analysis.validation import random_validation
+    from mhabench.analysis.prediction.timemodel import fit_models, groups
+    from mhabench.analysis.prediction.validation import random_validation
     from mhabench.measure import speed
 
     slowdowns = [speed.slowdown(p, reference) for m in measured.values()
@@ -128,7 +128,7 @@ def _at_fast_speed(frame: Any, configs: list, measured: dict, machine: str,
 
 
 def _print_text(payload: dict[str, Any], errors: Any, box: str, seed: int) -> None:
-    from mhabench.analysis.validation import (
+    from mhabench.analysis.prediction.validation import (
         PART_LABELS,
         anchored_line,
         as_read_line,
@@ -153,8 +153,13 @@ def _print_text(payload: dict[str, Any], errors: Any, box: str, seed: int) -> No
 
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
-    from mhabench.analysis.sampling import ANCHORS, MAX_GFLOP, anchor_cells, sample_configs
-    from mhabench.analysis.validation import (
+    from mhabench.analysis.prediction.sampling import (
+        ANCHORS,
+        MAX_GFLOP,
+        anchor_cells,
+        sample_configs,
+    )
+    from mhabench.analysis.prediction.validation import (
         machine_drift,
         random_validation,
         save_validation,

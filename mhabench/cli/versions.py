@@ -53,7 +53,7 @@ def _compile_line(row: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mhabench.analysis.versions import side_label
+    from mhabench.analysis.comparisons.versions import side_label
     from mhabench.compare.sides import SideError
     from mhabench.compare.versions import Comparison
 

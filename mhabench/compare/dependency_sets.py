@@ -9,7 +9,7 @@ timed in rounds of fresh processes that run every environment, their order alter
 - **Rounds** (:meth:`DependencySets.rounds`): half the rounds with the sets in their order,
   half reversed (ABAB... then BABA... for two), each a fresh process per cell and set that
   takes exactly ``SAMPLES`` samples, appended to the set's results file; each process's
-  median is one unit of evidence (:mod:`mhabench.analysis.process_compare`).
+  median is one unit of evidence (:mod:`mhabench.analysis.comparisons.process_compare`).
 - **Readings** (:meth:`DependencySets.kernels_and_compile`): one process per track cell and
   set: the kernel each set ran (``track_kernel``, recorded whatever the grid,
   ``MHABENCH_KERNELS=1``) and the compile-time cells ``-b`` selects.

@@ -7,7 +7,7 @@ sides' order alternating from round to round (asv reverses the commits every oth
 the versions comparison runs its environments in both orders). asv appends each round's
 samples to the cell's earlier ones, so with a fixed count per process every ``SAMPLES``
 consecutive samples are one process, and its median is one unit of evidence
-(:mod:`mhabench.analysis.process_compare`).
+(:mod:`mhabench.analysis.comparisons.process_compare`).
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ nothing runs after the last one). asv's runner calls teardown between samples to
 re-run setup; writing the file there would put file-system work before every timed call,
 which a sub-millisecond step reads as its own time. So between samples nothing is written;
 the teardown after the last sample writes the record, covering the same window.
-:func:`read_records` gathers them per asv cell; ``mhabench.analysis.regressions`` marks a
+:func:`read_records` gathers them per asv cell; ``mhabench.analysis.history.regressions`` marks a
 run or a cell as disturbed from them, since a second job on a 2-core machine slows every
 cell it shares the machine with. Each record also keeps the machine's speed
 (:func:`mhabench.measure.speed.probe`, 2 ms) read before the first sample, ahead of asv's
 warm-up calls, and after the last: the time model takes the moment's slowness out of the
-cell (``mhabench.analysis.timemodel``).
+cell (``mhabench.analysis.prediction.timemodel``).
 
 Where: ``$MHABENCH_LOAD_DIR``, else ``$ASV_CONF_DIR/.asv/load`` (beside asv's default
 ``.asv/results``), in ``<commit[:8]>-<env>/``. Outside asv (no ``ASV_COMMIT``) nothing is

@@ -90,10 +90,15 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
     the verdicts of ``mhabench confirm``. Both default to their folders beside the results
     (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
-    from mhabench.analysis.confirmations import load_confirmations
     from mhabench.analysis.fast_speed import beside_results
-    from mhabench.analysis.regressions import commit_order
-    from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
+    from mhabench.analysis.history.confirmations import load_confirmations
+    from mhabench.analysis.history.regressions import commit_order
+    from mhabench.analysis.prediction.timemodel import (
+        fit_models,
+        groups,
+        timing_cells,
+        underdetermined,
+    )
     from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
     from mhabench.measure.machine_load import read_records
 

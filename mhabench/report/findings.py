@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from mhabench.analysis.regressions import CONFIRMED_VERDICTS
-from mhabench.analysis.releases import finding as releases_finding
-from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
-from mhabench.analysis.versions import finding
+from mhabench.analysis.comparisons.releases import finding as releases_finding
+from mhabench.analysis.comparisons.versions import finding
+from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.prediction.validation_samples import newest, pooled_tail, tail_line
 from mhabench.core.backends import BUILTIN
 from mhabench.core.cost import TRAIN_FACTOR
 from mhabench.report.context import CONFIG_KEY, Context

@@ -29,7 +29,7 @@ FRAMEWORK_MARKERS = {"torch": ("o", "^", "v"), "jax": ("s", "D", "p")}
 OTHER_MARKERS = ("X", "P", "*")
 # Series that are not a backend: model terms, measured totals, fitted lines.
 # Tableau's ten, then its lighter ten: a stacked plot of the model's terms (one per
-# feature of mhabench.analysis.features) needs as many colours as components.
+# feature of mhabench.analysis.prediction.features) needs as many colours as components.
 NEUTRAL_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
                    "#b07aa1", "#9c755f", "#bab0ac", "#222222",
                    "#a0cbe8", "#ffbe7d", "#8cd17d", "#ff9d9a", "#86bcb6", "#f1ce63",

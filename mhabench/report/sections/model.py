@@ -7,23 +7,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.decomposition import (
+from mhabench.analysis.fast_speed import BURSTY_P90, grid_steadiness
+from mhabench.analysis.prediction.decomposition import (
     GOOD_R2,
     GOOD_RESIDUAL,
     Decomposition,
     decompose,
     verdict,
 )
-from mhabench.analysis.fast_speed import BURSTY_P90, grid_steadiness
-from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
-from mhabench.analysis.timemodel import (
+from mhabench.analysis.prediction.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
+from mhabench.analysis.prediction.timemodel import (
     FEATURE_LABELS,
     FEATURES,
     GROUP_KEY,
     MIN_CELLS,
     timing_cells,
 )
-from mhabench.analysis.validation import (
+from mhabench.analysis.prediction.validation import (
     error_summary,
     leave_out,
 )
@@ -136,7 +136,7 @@ def _decomposition_method() -> list[str]:
         "weights read x s/weight (a training step's weight gradients written, again) + the "
         "loop backend's per-head passes over activations "
         "(b*d*(n*h + m*h_kv)) + h x s/head + a constant, and a second one for steps that "
-        "project keys/values (all but cross decode) (mhabench.analysis.features says "
+        "project keys/values (all but cross decode) (mhabench.analysis.prediction.features says "
         "what each counts and why). At fixed d the FLOP term does not change with "
         "h, so the h-trend is split between the b*h*n*m term and the fixed per-head cost. "
         f"The b*h*n*m term is the {SCORE_TERMS[True]} where the kernel writes the map "

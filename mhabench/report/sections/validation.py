@@ -1,6 +1,6 @@
 """The time model on random configs off the grid: the samples ``mhabench validate --save``
 wrote, the newest in full and, given several, one row per sample and the pooled tail
-against the floor (:mod:`mhabench.analysis.validation_samples`)."""
+against the floor (:mod:`mhabench.analysis.prediction.validation_samples`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.validation import (
+from mhabench.analysis.prediction.validation import (
     PART_LABELS,
     anchored_line,
     as_read_line,
@@ -18,7 +18,7 @@ from mhabench.analysis.validation import (
     error_summary,
     part_line,
 )
-from mhabench.analysis.validation_samples import (
+from mhabench.analysis.prediction.validation_samples import (
     WORST_GOAL,
     newest,
     pooled_tail,

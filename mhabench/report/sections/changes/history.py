@@ -1,7 +1,7 @@
 """Sections across commits: regressions of ``time_`` cells, and shifts in memory and other
 ``track_`` values, each judged by the cell's commit-to-commit noise with whole-run offsets
 set apart, and confirmed by re-measurement (``mhabench confirm``). See
-:mod:`mhabench.analysis.regressions` for the rules."""
+:mod:`mhabench.analysis.history.regressions` for the rules."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from mhabench.analysis.change_points import GAMMA, Z_CANDIDATE, Z_HOLD
-from mhabench.analysis.regressions import (
+from mhabench.analysis.history.change_points import GAMMA, Z_CANDIDATE, Z_HOLD
+from mhabench.analysis.history.regressions import (
     TIME_KINDS,
     VALUE_KINDS,
     Order,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mhabench.analysis.releases import (
+from mhabench.analysis.comparisons.releases import (
     cell_order,
     changes,
     changes_frame,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mhabench.analysis.versions import (
+from mhabench.analysis.comparisons.versions import (
     cells_frame,
     compile_frame,
     finding,

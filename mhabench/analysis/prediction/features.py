@@ -1,7 +1,7 @@
 """The time model's features: what each kernel does, counted by the cost model.
 
 Every count comes from :func:`mhabench.core.cost.cost` and, for what a decode step reads
-and copies, :mod:`mhabench.analysis.decode_reads`; here they are only arranged into the
+and copies, :mod:`mhabench.analysis.prediction.decode_reads`; here they are only arranged into the
 columns a fit needs, per config (whole batch, one step of its mode; a training step
 multiplies the map, weight, head and per-call terms by ``TRAIN_FACTOR`` as its FLOPs).
 Why each term is in: docs/report.md; the figures that put it in: docs/research.md.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.decode_reads import (
+from mhabench.analysis.prediction.decode_reads import (
     decode_kv_copied,
     decode_kv_elements,
     decode_working_set_bytes,

@@ -3,7 +3,7 @@
 A model that follows what each kernel does leaves residuals with no trend in any field;
 a trend (say, under-prediction growing as the head width p shrinks) names the work a
 feature does not count. :func:`field_residuals` joins the leave-out predictions
-(:func:`mhabench.analysis.validation.leave_out`: each cell predicted by a fit without it)
+(:func:`mhabench.analysis.prediction.validation.leave_out`: each cell predicted by a fit without it)
 with the cells' fields; :func:`field_trends` gives each field's rank correlation with the
 signed residual, pooled over groups, and the share of groups where it is strong.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.prediction.timemodel import GROUP_KEY
 from mhabench.analysis.results import head_widths
-from mhabench.analysis.timemodel import GROUP_KEY
 
 # Field -> axis label; p and h_kv/h are derived from the config fields.
 RESIDUAL_FIELDS = {"n": "queries n", "m": "keys m", "d": "width d", "heads": "heads h",

@@ -3,7 +3,7 @@
 Two checks. :func:`leave_out` refits each group without every K-th cell of the grid and
 predicts those; the cells come from the same grid the model's terms were chosen on.
 ``mhabench validate`` times a seeded random sample of configs off the grid
-(:mod:`mhabench.analysis.sampling`) fresh, interleaved, with grid cells beside them that
+(:mod:`mhabench.analysis.prediction.sampling`) fresh, interleaved, with grid cells beside them that
 measure the machine's drift since the grid (:func:`machine_drift`), and
 :func:`random_validation` compares: the model could not have been tuned on them. Both
 report the plain FLOP model at one rate (the group's median FLOP/s) as the baseline, and
@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.results import config_from_row
-from mhabench.analysis.timemodel import (
+from mhabench.analysis.prediction.timemodel import (
     GROUP_KEY,
     MIN_CELLS,
     Key,
@@ -31,6 +30,7 @@ from mhabench.analysis.timemodel import (
     groups,
     timing_cells,
 )
+from mhabench.analysis.results import config_from_row
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost
 

@@ -3,8 +3,8 @@
 :func:`nnls` (scipy's non-negative least squares on relative residuals) chooses the terms,
 the cache sizes and the coefficients; :func:`pulled_nnls` does the same pulled toward prior
 coefficients (a group with few cells borrowing its framework's rates,
-:mod:`mhabench.analysis.timemodel`); :func:`distinct_columns` drops the columns a fit cannot
-tell apart, :func:`r_squared` scores one.
+:mod:`mhabench.analysis.prediction.timemodel`); :func:`distinct_columns` drops the columns a fit
+cannot tell apart, :func:`r_squared` scores one.
 
 Why relative residuals, ``predicted / measured - 1``, and not log ones: a shared VM's timing
 noise is one-sided. A cell timed in a slow stretch reads up to 2x its quick time, never

@@ -2,7 +2,7 @@
 
 A decode step's time is its reads: the K/V cache as its backend lays it out (or the h-wide
 copy a repeating backend writes), the cache copies a compiled JAX step makes, and the
-projection weights. :mod:`mhabench.analysis.features` arranges these counts into the
+projection weights. :mod:`mhabench.analysis.prediction.features` arranges these counts into the
 ``kv``, ``kv_copy`` and ``kv_spill`` columns (why each counts is there; the figures are in
 docs/research.md).
 """
@@ -19,7 +19,7 @@ from mhabench.core.cost import params, step_lengths
 REPEATS_KV = frozenset({"batched"})
 # How many times a compiled JAX decode step copies each of its K and V caches per call (the
 # cache-sized copy and transpose ops of its HLO; see ``kv_copy`` in
-# :mod:`mhabench.analysis.features` and the HLO test in
+# :mod:`mhabench.analysis.prediction.features` and the HLO test in
 # tests/test_decode.py): a self step copies the (donated) cache it writes the new token
 # into, 4 times in the batched step with h_kv = h (its GQA step repeats instead and does
 # not copy) and twice in the blockwise step; with a single K/V head the loop step copies

@@ -4,7 +4,7 @@ code moves one backend's cells together at one commit, the machine moves every b
 - :func:`group_shifts`: the shifts of a backend's median cell, judged by the SD of a median
   over that many cells (each cell's value at a commit comes from its own process).
 - :func:`code_shift`: those shifts as a shift of each of the backend's cells from their
-  commit on, which :func:`mhabench.analysis.regressions.regressions` takes out before it
+  commit on, which :func:`mhabench.analysis.history.regressions.regressions` takes out before it
   estimates the run effects again (backfitting): otherwise a backend's slowed cells pull
   each later run's effect their way, and their own shift shrinks below what holds.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mhabench.analysis.change_points import classify, fit_shifts, median_se, z_score
-from mhabench.analysis.runs import MAD_TO_SD
+from mhabench.analysis.history.change_points import classify, fit_shifts, median_se, z_score
+from mhabench.analysis.history.runs import MAD_TO_SD
 
 MIN_GROUP_CELLS = 3  # a framework/backend with fewer cells is judged cell by cell only
 POLISH = 4  # median polish of the group's cells x commits (2-3 passes settle it)
@@ -76,7 +76,7 @@ def group_series(rows: list[int], deviations: np.ndarray, disturbed: np.ndarray
 def series_scale(series: Sequence[np.ndarray]) -> float | None:
     """The SD of one commit's value of a group's median cell, from the changes from commit
     to commit of every group's series (their own shifts taken out): robust, as a cell's
-    noise (:func:`mhabench.analysis.runs.noise_scales`). None below
+    noise (:func:`mhabench.analysis.history.runs.noise_scales`). None below
     :data:`MIN_SERIES_CHANGES` changes."""
     changes = np.concatenate([np.diff(s) for s in series]) if series else np.array([])
     if len(changes) < MIN_SERIES_CHANGES:

@@ -4,8 +4,8 @@ For one machine x framework x backend x device x dtype, a config's time is model
 
     t = sum over the features f of c_f * f(config)
 
-with the features of :mod:`mhabench.analysis.features` (FLOPs, map elements, K/V reads and
-copies, weights, per-head and per-call costs, ...; what each counts, and why, is there;
+with the features of :mod:`mhabench.analysis.prediction.features` (FLOPs, map elements, K/V reads
+and copies, weights, per-head and per-call costs, ...; what each counts, and why, is there;
 every count comes from :mod:`mhabench.core.cost`). The map's cache size is calibrated per
 group: the fit tries each of :data:`CACHE_CANDIDATES` (and none) and keeps the one with the
 smallest relative residuals. The K/V cache size is a machine's, chosen the same way over
@@ -13,7 +13,7 @@ all its groups together (:func:`fit_machine`); few decode cells per group could 
 pick one by chance. Those choices and the coefficients are made by non-negative least
 squares on *relative* residuals (each row divided by its measured time), so a 2 ms cell
 counts as much as a 2 s one, and a cell a slow stretch of the machine read slow pulls less
-than an over-prediction costs (:mod:`mhabench.analysis.solvers` says why). A group gets
+than an over-prediction costs (:mod:`mhabench.analysis.prediction.solvers` says why). A group gets
 the full model only when it has more cells than the model has coefficients (those whose
 feature is not zero on every cell); otherwise the next simpler model of
 :data:`FEATURE_SETS`, and a group too small even for FLOPs + constant is reported as
@@ -21,8 +21,8 @@ under-determined (:class:`UnderDetermined`), not fitted; a group with fewer than
 per coefficient is refitted toward its framework's rates (:func:`pool_small_groups`).
 Each model records the ranges of the configs it was fitted on, and
 :meth:`TimeModel.extrapolation` names every field of a config outside them. The per-head
-split of a head sweep is in :mod:`mhabench.analysis.decomposition`, the accuracy checks
-in :mod:`mhabench.analysis.validation`.
+split of a head sweep is in :mod:`mhabench.analysis.prediction.decomposition`, the accuracy checks
+in :mod:`mhabench.analysis.prediction.validation`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from mhabench.analysis.fast_speed import SLOWDOWN, fast_values
-from mhabench.analysis.features import (
+from mhabench.analysis.prediction.features import (
     CACHE_CANDIDATES,
     FEATURE_LABELS,
     FEATURES,
@@ -44,8 +44,8 @@ from mhabench.analysis.features import (
     feature_values,
     kv_moved,
 )
+from mhabench.analysis.prediction.solvers import distinct_columns, nnls, pulled_nnls, r_squared
 from mhabench.analysis.results import latest
-from mhabench.analysis.solvers import distinct_columns, nnls, pulled_nnls, r_squared
 from mhabench.core.config import AttentionConfig
 
 __all__ = ["CACHE_CANDIDATES", "FEATURE_LABELS", "FEATURES", "CellFeatures",
@@ -206,8 +206,8 @@ def fit_cells(cells: pd.DataFrame, key: Key = (),
     :data:`FEATURE_SETS` with fewer coefficients than cells. Raises
     :class:`UnderDetermined` when even the simplest has as many coefficients as cells.
     ``features_of``: the cells' features if already computed; ``prior``: coefficients the
-    chosen terms' fit is pulled toward (:func:`mhabench.analysis.solvers.pulled_nnls`), the
-    model then ``pooled``."""
+    chosen terms' fit is pulled toward (:func:`mhabench.analysis.prediction.solvers.pulled_nnls`),
+    the model then ``pooled``."""
     t = cells["value"].to_numpy(dtype=float)
     table = features_of if features_of is not None else CellFeatures.of(cells)
     for level, features in enumerate(FEATURE_SETS):

@@ -6,7 +6,7 @@ are not powers of two, n != m, GQA ratios, masking), by default inside the range
 group was fitted on, or (``wide``) each integer field from half the smallest to twice the
 largest fitted value. :func:`anchor_cells` picks grid cells of the same groups with their
 asv times: timed with the sample, they say how far the machine's speed has moved since
-the grid (:func:`mhabench.analysis.validation.machine_drift`).
+the grid (:func:`mhabench.analysis.prediction.validation.machine_drift`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.prediction.timemodel import MODE_CROSS, Key, TimeModel, mode_cross
 from mhabench.analysis.results import config_from_row, head_widths
-from mhabench.analysis.timemodel import MODE_CROSS, Key, TimeModel, mode_cross
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import TRAIN_FACTOR, cost
 
@@ -118,8 +118,8 @@ def anchor_cells(cells: Mapping[Key, pd.DataFrame], keys: Sequence[Key], count: 
                  ) -> list[tuple[AttentionConfig, float]]:
     """``count`` grid cells of the groups ``keys`` (seeded), each with its asv time: timed
     with the sample, they say how much slower or faster the machine runs now than when
-    the grid was timed (:func:`mhabench.analysis.validation.machine_drift`). A shared VM's
-    speed moves within the hour, which no model can know and which a comparison with a
+    the grid was timed (:func:`mhabench.analysis.prediction.validation.machine_drift`). A shared
+    VM's speed moves within the hour, which no model can know and which a comparison with a
     grid timed earlier charges to the model."""
     pool = [(config_from_row(r), float(r["value"])) for key in sorted(set(keys))
             for r in cells[key].to_dict("records") if r["value"] <= ANCHOR_MAX_S]

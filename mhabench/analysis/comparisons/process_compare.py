@@ -4,11 +4,11 @@ Samples of one process agree with each other far better than processes agree: on
 VM some fresh processes run 1.25-1.9x slow for their whole life, and a cell can also have
 a fast mode that a process lands in, or not, for its whole life (:mod:`modes`). So each
 side's evidence is one number per process, the median of its samples, and the ratio is
-the factor that lines up the two sides' *levels* (:func:`~mhabench.analysis.modes.align`):
-a change of the cell moves every level; a change of how often processes land in each mode
-moves none, and is reported on its own (:attr:`Comparison.mix_p`). The confidence
-interval is a percentile bootstrap that resamples processes, so it is as wide as the
-processes disagree, however many samples each took.
+the factor that lines up the two sides' *levels*
+(:func:`~mhabench.analysis.comparisons.modes.align`): a change of the cell moves every level; a
+change of how often processes land in each mode moves none, and is reported on its own
+(:attr:`Comparison.mix_p`). The confidence interval is a percentile bootstrap that resamples
+processes, so it is as wide as the processes disagree, however many samples each took.
 
 A cell counts as changed when the interval clears 1.0 and the ratio clears the factor;
 :func:`verdict` says which way. Two stages make a verdict (:func:`two_stage`): a screen
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mhabench.analysis.modes import BANDWIDTH, Mode, Overlap, mix_p, modes
+from mhabench.analysis.comparisons.modes import BANDWIDTH, Mode, Overlap, mix_p, modes
 
 DRAWS = 1000  # bootstrap resamples
 FAST_MARGIN = 1.25  # the machine's slow mode runs 1.25-1.9x slow

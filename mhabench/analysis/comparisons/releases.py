@@ -5,8 +5,8 @@ happened (:func:`cell_summary`); and the sweep's summary (``releases.json``, wri
 
 A release's time is the median of its fast processes (within the statistic's margin of
 its fastest), as a comparison's ratio is: the machine's slow mode does not count. A step
-from one release to the next is :func:`~mhabench.analysis.process_compare.compare` of
-their processes and its :func:`~mhabench.analysis.process_compare.verdict`; a release
+from one release to the next is :func:`~mhabench.analysis.comparisons.process_compare.compare` of
+their processes and its :func:`~mhabench.analysis.comparisons.process_compare.verdict`; a release
 where the cell failed is passed over, so its step runs from the last release that timed
 it. The first release against the last is kept too: a drift of small steps shows there.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.process_compare import compare, fast_level, verdict
+from mhabench.analysis.comparisons.process_compare import compare, fast_level, verdict
 
 SUMMARY = "releases.json"
 CHANGED = ("slower", "faster")

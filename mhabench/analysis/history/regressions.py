@@ -4,12 +4,12 @@ varies between processes, whole-run offsets set apart, shifts confirmed by re-me
 1. Each cell's history on one machine and environment is put in commit order (asv's
    ``Git.get_revisions``, as ``asv publish``, when the git repository is at hand).
 2. How each whole run moved is set apart from each cell's level (a median polish of the
-   log values, :mod:`mhabench.analysis.runs`); a run that moved as a whole, or was timed
+   log values, :mod:`mhabench.analysis.history.runs`); a run that moved as a whole, or was timed
    while other processes took the machine (``mhabench.measure.machine_load``), is reported
    as a run, not as a regression of each of its cells. Where the load records say when
    each cell's process started, the machine's state at that moment is set apart too.
 3. asv's step detection finds the upward shifts of each cell's run-adjusted log values
-   (:mod:`mhabench.analysis.change_points`). The noise they must beat is the cell's
+   (:mod:`mhabench.analysis.history.change_points`). The noise they must beat is the cell's
    commit-to-commit scatter: one commit's samples come from one process and scatter far
    less than processes do, so a test on pooled samples calls noise a change.
 4. Each shift's size over its noise and its support decide: it **holds** (enough SDs, two
@@ -17,12 +17,12 @@ varies between processes, whole-run offsets set apart, shifts confirmed by re-me
    resting on one commit, or smaller), is **disturbed** (rests only on disturbed runs), or
    is noise.
 5. A change of one framework/backend moves all its cells at one commit: their median is
-   judged the same way (:mod:`mhabench.analysis.group_change_points`), and each cell that
+   judged the same way (:mod:`mhabench.analysis.history.group_change_points`), and each cell that
    moved the same way takes the group's verdict; then the run effects are estimated again
    with the groups' shifts taken out (a change of code is no move of the machine's).
 6. ``mhabench confirm`` re-runs the candidates (and the shifts that hold) at the commits on
    either side in fresh interleaved rounds (:func:`mhabench.compare.gate.confirm`); its
-   verdicts (:mod:`mhabench.analysis.confirmations`) make a shift **confirmed** or
+   verdicts (:mod:`mhabench.analysis.history.confirmations`) make a shift **confirmed** or
    **cleared**.
 
 ``peakmem_``, ``mem_`` and ``track_`` cells (one value per commit) are judged the same way,
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.change_points import classify, fit_shifts, z_score
-from mhabench.analysis.confirmations import Confirmation
-from mhabench.analysis.group_change_points import (
+from mhabench.analysis.history.change_points import classify, fit_shifts, z_score
+from mhabench.analysis.history.confirmations import Confirmation
+from mhabench.analysis.history.group_change_points import (
     GroupShift,
     code_shift,
     group_members,
@@ -50,7 +50,7 @@ from mhabench.analysis.group_change_points import (
     group_shifts,
     series_scale,
 )
-from mhabench.analysis.runs import (
+from mhabench.analysis.history.runs import (
     Run,
     local_effects,
     log_matrix,
@@ -320,7 +320,7 @@ def regressions(histories_: Sequence[History], threshold: float,
     """Judge every upward shift of at least ``threshold`` in ``histories_`` (see the
     module's docstring). ``loads``: (commit, env, asv cell) -> the machine's load while the
     cell timed (``mhabench.measure.machine_load.read_records``); ``confirmations``: re-measured
-    shifts (``mhabench.analysis.confirmations.load_confirmations``)."""
+    shifts (``mhabench.analysis.history.confirmations.load_confirmations``)."""
     loads, confirmations = loads or {}, confirmations or {}
     verdicts = Verdicts([])
     groups: dict[tuple[str, str, str], list[History]] = {}

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mhabench.analysis.prediction.solvers import r_squared
+from mhabench.analysis.prediction.timemodel import FEATURES, TimeModel
 from mhabench.analysis.results import config_from_row
-from mhabench.analysis.solvers import r_squared
-from mhabench.analysis.timemodel import FEATURES, TimeModel
 
 GOOD_R2 = 0.9
 GOOD_RESIDUAL = 0.2
