@@ -1,4 +1,4 @@
-"""Device time (mhabench.measure.device_time): the union of kernel intervals, read from the
+"""Device time (mhabench.measure.profiler.device_time): the union of kernel intervals, read from the
 profilers' records; CUDA paths' logic on the CPU, a real JAX trace on the CPU too."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.device_time import busy_seconds, device_seconds, jax_trace_intervals
+from mhabench.measure.profiler.device_time import busy_seconds, device_seconds, jax_trace_intervals
 from mhabench.measure.timing import prepare
 
 ROOT = Path(__file__).resolve().parents[1]

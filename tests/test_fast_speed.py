@@ -19,9 +19,9 @@ from mhabench.analysis.prediction.validation import leave_out
 from mhabench.analysis.results import load_results
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
-from mhabench.measure import speed
+from mhabench.measure.conditions import speed
+from mhabench.measure.conditions.machine_load import CellLoad, read_records
 from mhabench.measure.interleaved import measure_interleaved
-from mhabench.measure.machine_load import CellLoad, read_records
 
 FAST = 50e-6  # the synthetic machine's fast probe reading
 REAL = Path(__file__).parent / "fixtures" / "asv_results"

@@ -25,7 +25,7 @@ from mhabench.analysis.history.regressions import (
     regressions,
 )
 from mhabench.analysis.results import load_results
-from mhabench.measure.machine_load import CellLoad
+from mhabench.measure.conditions.machine_load import CellLoad
 from mhabench.report.build import build_report
 
 SAMPLES = 10

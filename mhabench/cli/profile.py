@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         return _summary(args)
     if args.json or args.csv:
         raise CLIError("--json and --csv go with --summary DIR")
-    from mhabench.measure.profiling import profile_configs
+    from mhabench.measure.profiler.profiling import profile_configs
 
     configs = profile_configs_from_args(args)
     written = profile_configs(configs, args.logdir, steps=args.steps, threads=args.threads,
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from mhabench.measure.trace_breakdown import breakdown_table, format_table
+    from mhabench.measure.profiler.trace_breakdown import breakdown_table, format_table
 
     frame = breakdown_table(args.summary)
     if args.json:

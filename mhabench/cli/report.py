@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     results = load_results(args, "report")
     traces = None
     if args.traces is not None:
-        from mhabench.measure.profiling import breakdown_table
+        from mhabench.measure.profiler.profiling import breakdown_table
 
         progress(f"reading traces under {args.traces}")
         traces = breakdown_table(args.traces)

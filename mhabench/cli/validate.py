@@ -109,7 +109,7 @@ def _at_fast_speed(frame: Any, configs: list, measured: dict, machine: str,
     from mhabench.analysis.fast_speed import SLOWDOWN
     from mhabench.analysis.prediction.timemodel import fit_models, groups
     from mhabench.analysis.prediction.validation import random_validation
-    from mhabench.measure import speed
+    from mhabench.measure.conditions import speed
 
     slowdowns = [speed.slowdown(p, reference) for m in measured.values()
                  for p in m.probes_s] if reference is not None else []
@@ -166,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
         summary_dict,
         validation_payload,
     )
-    from mhabench.measure import speed
+    from mhabench.measure.conditions import speed
+    from mhabench.measure.conditions.machine_load import DISTURBED_CORES, Window
     from mhabench.measure.interleaved import measure_interleaved
-    from mhabench.measure.machine_load import DISTURBED_CORES, Window
     from mhabench.measure.timing import check_runnable, configure_process
 
     results = load_results(args, "validate")

@@ -89,7 +89,7 @@ class DependencySets:
 
     # -- running asv ---------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        from mhabench.measure.machine_load import LOAD_DIR_ENV
+        from mhabench.measure.conditions.machine_load import LOAD_DIR_ENV
 
         env = {**os.environ, "MHABENCH_GRID": self.grid, KERNEL_VAR: "1",
                "MHABENCH_PREIMPORT": ",".join(preimport(self.benches))}

@@ -121,7 +121,7 @@ def _run_commits(commits: Sequence[str], benches: Sequence[str], args: Sequence[
     """One ``asv run`` of ``commits`` (a hash file) on ``benches`` with ``args``, its config
     and results in ``folder`` (new); each commit's results files by environment."""
     from mhabench.asvproject.asv_config import write_config
-    from mhabench.measure.machine_load import LOAD_DIR_ENV
+    from mhabench.measure.conditions.machine_load import LOAD_DIR_ENV
 
     config = write_config(root, folder)
     hashes = folder / "commits.txt"

@@ -86,9 +86,9 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
 
     ``repo``: the git repository whose history orders the commits (else the dates asv
     recorded); ``validations``: the files ``mhabench validate --save`` wrote, for its section;
-    ``load_dir``: the machine-load records (``mhabench.measure.machine_load``); ``confirm_dir``:
-    the verdicts of ``mhabench confirm``. Both default to their folders beside the results
-    (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
+    ``load_dir``: the machine-load records (``mhabench.measure.conditions.machine_load``);
+    ``confirm_dir``: the verdicts of ``mhabench confirm``. Both default to their folders beside the
+    results (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
     from mhabench.analysis.fast_speed import beside_results
     from mhabench.analysis.history.confirmations import load_confirmations
@@ -99,8 +99,8 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
         timing_cells,
         underdetermined,
     )
-    from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
-    from mhabench.measure.machine_load import read_records
+    from mhabench.measure.conditions.machine_load import FOLDER as LOAD_FOLDER
+    from mhabench.measure.conditions.machine_load import read_records
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
     order = commit_order(results.frame, repo)

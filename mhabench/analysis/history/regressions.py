@@ -5,8 +5,8 @@ varies between processes, whole-run offsets set apart, shifts confirmed by re-me
    ``Git.get_revisions``, as ``asv publish``, when the git repository is at hand).
 2. How each whole run moved is set apart from each cell's level (a median polish of the
    log values, :mod:`mhabench.analysis.history.runs`); a run that moved as a whole, or was timed
-   while other processes took the machine (``mhabench.measure.machine_load``), is reported
-   as a run, not as a regression of each of its cells. Where the load records say when
+   while other processes took the machine (``mhabench.measure.conditions.machine_load``), is
+   reported as a run, not as a regression of each of its cells. Where the load records say when
    each cell's process started, the machine's state at that moment is set apart too.
 3. asv's step detection finds the upward shifts of each cell's run-adjusted log values
    (:mod:`mhabench.analysis.history.change_points`). The noise they must beat is the cell's
@@ -58,7 +58,7 @@ from mhabench.analysis.history.runs import (
     run_effects,
     runs,
 )
-from mhabench.measure.machine_load import CellLoad
+from mhabench.measure.conditions.machine_load import CellLoad
 
 TIME_KINDS = ("time",)
 VALUE_KINDS = ("peakmem", "mem", "track")
@@ -319,8 +319,8 @@ def regressions(histories_: Sequence[History], threshold: float,
                 order: Order | None = None) -> Verdicts:
     """Judge every upward shift of at least ``threshold`` in ``histories_`` (see the
     module's docstring). ``loads``: (commit, env, asv cell) -> the machine's load while the
-    cell timed (``mhabench.measure.machine_load.read_records``); ``confirmations``: re-measured
-    shifts (``mhabench.analysis.history.confirmations.load_confirmations``)."""
+    cell timed (``mhabench.measure.conditions.machine_load.read_records``); ``confirmations``:
+    re-measured shifts (``mhabench.analysis.history.confirmations.load_confirmations``)."""
     loads, confirmations = loads or {}, confirmations or {}
     verdicts = Verdicts([])
     groups: dict[tuple[str, str, str], list[History]] = {}

@@ -14,7 +14,7 @@ Processes also drift together: a second job on the machine, or a slower day, mov
 cell of a run. :func:`run_effects` separates that from each cell's own level by a median
 polish of the log values (cells x commits), and :class:`Run` says when a run moved or was
 disturbed (the load other processes put on the machine while it timed,
-``mhabench.measure.machine_load``).
+``mhabench.measure.conditions.machine_load``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mhabench.measure.machine_load import DISTURBED_CORES, CellLoad
+from mhabench.measure.conditions.machine_load import DISTURBED_CORES, CellLoad
 
 MIN_RUN_CELLS = 5  # fewer cells at a commit cannot tell a run's offset from a cell's shift
 RUN_MOVE = 1.10  # a run that ran this much slower (or faster) than the runs beside it ...

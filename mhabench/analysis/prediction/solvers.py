@@ -8,8 +8,8 @@ cannot tell apart, :func:`r_squared` scores one.
 
 Why relative residuals, ``predicted / measured - 1``, and not log ones: a shared VM's timing
 noise is one-sided. A cell timed in a slow stretch reads up to 2x its quick time, never
-faster (:mod:`mhabench.measure.speed`), and a log residual counts such a cell as far off as
-one read at half its time, lifting the fit toward the slow cells. A relative residual
+faster (:mod:`mhabench.measure.conditions.speed`), and a log residual counts such a cell as far off
+as one read at half its time, lifting the fit toward the slow cells. A relative residual
 bounds what a slow cell can pull (a cell read 2x slow is at most 0.5 under its
 prediction) while an over-prediction costs in full. (A log refit under a soft-L1 loss left
 off-grid configs over-predicted: docs/research.md.)

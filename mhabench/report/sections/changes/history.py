@@ -23,7 +23,7 @@ from mhabench.analysis.history.regressions import (
 )
 from mhabench.analysis.tracks import kernel_changes, kernels_by_commit
 from mhabench.compare.rounds import CONFIRM_ROUNDS
-from mhabench.measure.machine_load import DISTURBED_CORES
+from mhabench.measure.conditions.machine_load import DISTURBED_CORES
 from mhabench.report.context import MAX_PLOTS, Context
 from mhabench.report.types import Plot, Section, Table
 

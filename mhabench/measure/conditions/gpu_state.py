@@ -5,7 +5,7 @@ percent-of-peak figure means little without the clock it ran at. So a CUDA timin
 of the asv suite opens a :class:`Watch` before its first sample, reads the SM clock and the
 clock-event (throttle) reasons before every sample (two NVML queries, microseconds, outside
 the timed call), and closes it after the last: :meth:`Watch.summary` goes into the cell's
-record beside its load (:mod:`mhabench.measure.machine_load`).
+record beside its load (:mod:`mhabench.measure.conditions.machine_load`).
 
 Clocks are verified and recorded, never changed: locking them needs root and changes a
 machine shared with others, so ``locked`` is always False and ``lock_note`` says why. A

@@ -12,7 +12,7 @@ the teardown after the last sample writes the record, covering the same window.
 :func:`read_records` gathers them per asv cell; ``mhabench.analysis.history.regressions`` marks a
 run or a cell as disturbed from them, since a second job on a 2-core machine slows every
 cell it shares the machine with. Each record also keeps the machine's speed
-(:func:`mhabench.measure.speed.probe`, 2 ms) read before the first sample, ahead of asv's
+(:func:`mhabench.measure.conditions.speed.probe`, 2 ms) read before the first sample, ahead of asv's
 warm-up calls, and after the last: the time model takes the moment's slowness out of the
 cell (``mhabench.analysis.prediction.timemodel``).
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mhabench.measure import speed
+from mhabench.measure.conditions import speed
 
 LOAD_DIR_ENV = "MHABENCH_LOAD_DIR"
 FOLDER = "load"  # the records' folder beside asv's results folder (.asv/load)
@@ -113,7 +113,7 @@ class _Start:
     window: Window
     load1: float | None
     name: str
-    probe_s: float  # the machine's speed just before the first sample (measure.speed)
+    probe_s: float  # the machine's speed just before the first sample (measure.conditions.speed)
 
 
 _start: _Start | None = None  # this process's window (asv times one cell per process)
@@ -187,10 +187,11 @@ class CellLoad:
     load1: float | None  # the highest 1-minute load average seen
     processes: int
     start: float | None = None  # when its first process began sampling (epoch seconds)
-    # the machine's speed probe (mhabench.measure.speed) before and after the samples,
+    # the machine's speed probe (mhabench.measure.conditions.speed) before and after the samples,
     # geometric mean over them and over the cell's processes; None in older records
     probe_s: float | None = None
-    # a CUDA cell's GPU state per process (mhabench.measure.gpu_state: clocks, throttling)
+    # a CUDA cell's GPU state per process (mhabench.measure.conditions.gpu_state: clocks,
+    # throttling)
     gpu: tuple[dict[str, Any], ...] = ()
 
     @property

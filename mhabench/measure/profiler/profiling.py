@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mhabench.core.config import AttentionConfig
+from mhabench.measure.profiler.trace_breakdown import META_FILE, breakdown_table
 from mhabench.measure.timing import configure_process, prepare
-from mhabench.measure.trace_breakdown import META_FILE, breakdown_table
 
 __all__ = ["DEFAULT_STEPS", "breakdown_table", "check_logdir", "profile_config",
            "profile_configs", "run_dir"]
@@ -149,7 +149,7 @@ def _trace_jax(config: AttentionConfig, step: Callable[[], Any], logdir: Path, t
     if not list(target.glob("*.trace.json.gz")):
         raise RuntimeError(f"jax.profiler wrote no *.trace.json.gz into {target}")
     # The breakdown maps the trace's hlo_op names to named scopes through this text.
-    from mhabench.measure.device_time import hlo_module_name
+    from mhabench.measure.profiler.device_time import hlo_module_name
 
     hlo = step.compiled.as_text()
     module = hlo_module_name(step)

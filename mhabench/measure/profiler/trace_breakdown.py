@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-META_FILE = "mhabench-profile.json"  # written beside each trace by mhabench.measure.profiling
+# written beside each trace by mhabench.measure.profiler.profiling
+META_FILE = "mhabench-profile.json"
 OTHER = "other"  # step time outside every labelled region (python, reshapes, gaps)
 CONFIG_COLUMNS = ["backend", "batch", "n", "m", "d", "heads", "kv_heads"]
 COLUMNS = ["framework", "config_id", *CONFIG_COLUMNS, "region", "time_s", "share",
