@@ -27,7 +27,7 @@ import mhabench.compare.dependency_sets as sets_module
 import mhabench.compare.sides as sides_module
 from mhabench.analysis.comparisons.releases import changes_frame, load_summary, times_frame
 from mhabench.cli import main
-from mhabench.cli.bisect import lines
+from mhabench.cli.compare.bisect import lines
 from mhabench.compare.releases import RELEASES_DIR, SWEEP_ROUNDS, ReleaseError, Releases
 from mhabench.compare.sides import SideError, parse_side, release_range, set_labels
 

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _search(releases: Any) -> int:
-    from mhabench.cli.bisect import lines
+    from mhabench.cli.compare.bisect import lines
 
     search = releases.search()
     print("\n".join(lines(search, short=str, noun="releases")))
