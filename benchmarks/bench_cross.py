@@ -35,7 +35,7 @@ from mhabench.bench.methods import (
     step_bytes,
 )
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 LENGTHS = grid(tiny=[8, 64], quick=[64, 1024], full=[64, 512, 4096])
 

@@ -7,13 +7,13 @@ p = 128 (and 64), h = 16 and 32 query heads, MHA and GQA 8:1, and 16k tokens per
 length. Every fused
 call, each of its forced kernels, and the newer backends (torch.compile, FlexAttention,
 JAX blockwise); the report turns the times into TFLOP/s and TB/s against the calibrated
-peak (``bench_calibration``) and the spec sheet's (``mhabench.report.sections_gpu``).
+peak (``bench_calibration``) and the spec sheet's (``mhabench.report.sections.gpu``).
 
 They exist where the grid asks for CUDA (the full grid, ``scripts/gpu-grid``): on a CPU
 grid their cells would all be n/a. Each CUDA sample starts from a cold L2
 (``mhabench.measure.cache_flush``), and the GPU's clocks and throttle state go into each
-cell's record (``mhabench.measure.gpu_state``). Time only: no memory or device-time process
-(a lent GPU's minutes go to more cells), and the kernel is recorded for the unforced fused
+cell's record (``mhabench.measure.conditions.gpu_state``). Time only: no memory or device-time
+process (a lent GPU's minutes go to more cells), and the kernel is recorded for the unforced fused
 call alone (a forced one cannot fall back).
 """
 
@@ -33,7 +33,7 @@ from mhabench.bench.methods import (
 from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
 from mhabench.core.grids import NEWER_BACKENDS
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 TOKENS = 16384  # batch x n of every prefill cell
 N = [512, 2048, 8192, 16384]

@@ -24,7 +24,7 @@ from mhabench.bench.methods import (
     step_bytes,
 )
 from mhabench.core.backends import FORCED
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 
 class ForcedKernels(AttentionBenchmark):

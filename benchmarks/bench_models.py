@@ -46,7 +46,7 @@ from mhabench.bench.methods import (
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import cost
 from mhabench.core.models import MODELS
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 # One name per distinct shape (mistral-7b is llama-3.1-8b's), in the table's order.
 DISTINCT = [name for i, (name, shape) in enumerate(MODELS.items())

@@ -20,8 +20,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from mhabench.analysis.prediction.timemodel import fit_models, select_model
 from mhabench.analysis.results import load_results
-from mhabench.analysis.timemodel import fit_models, select_model
 from mhabench.core.config import AttentionConfig
 from mhabench.measure.interleaved import measure_interleaved
 from mhabench.measure.timing import configure_process

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from gate_design import recorded_runs  # noqa: E402
 
-from mhabench.analysis.process_compare import compare, lean, two_stage  # noqa: E402
+from mhabench.analysis.comparisons.process_compare import compare, lean, two_stage  # noqa: E402
 from mhabench.compare.rounds import SCREEN_ROUNDS  # noqa: E402
 
 

@@ -14,7 +14,7 @@ tests/test_asv_regression.py N DIR [CASE ...]`` (``--log``):
 Each cell-run is labelled with the slowdown planted in it (1.0: the same code at both
 commits). Designs vary the rounds of each stage and the factors; ``--statistic fast``
 replays the earlier statistic (each side's fast processes, within 1.25x of its fastest)
-beside the shipped one (the modes lined up, :mod:`mhabench.analysis.modes`). Replayed
+beside the shipped one (the modes lined up, :mod:`mhabench.analysis.comparisons.modes`). Replayed
 slowdowns (``--scale 1.10``) multiply the head's processes of unchanged cells and are
 labelled as replays.
 
@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mhabench.analysis.process_compare import (  # noqa: E402
+from mhabench.analysis.comparisons.process_compare import (  # noqa: E402
     Comparison,
     compare,
     lean,

@@ -34,7 +34,7 @@ from support.scratch import (
     scratch_clone,
 )
 
-from mhabench.analysis.process_compare import compare
+from mhabench.analysis.comparisons.process_compare import compare
 from mhabench.compare.rounds import process_medians, read_cells, result_files
 
 # A small real part of the suite at its shipped (quick) settings: bench_gqa's GQA cells

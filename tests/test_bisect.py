@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mhabench.cli.bisect import lines
+from mhabench.cli.compare.bisect import lines
 from mhabench.compare.bisect import (
     BISECT_DIR,
     FIRST_ROUNDS,

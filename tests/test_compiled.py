@@ -62,7 +62,7 @@ def test_a_prepared_step_compiles_once_and_runs_under_the_stance(mode):
 def test_a_prepared_step_runs_under_the_profiler_without_recompiling(tmp_path):
     """The profiler's flag is no guard of the compiled graph (the labels of the eager
     layers are left out of it), so ``mhabench profile`` traces a compiled step."""
-    from mhabench.measure.profiling import profile_config
+    from mhabench.measure.profiler.profiling import profile_config
 
     config = tiny()
     step = prepare(config)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
-from mhabench.analysis.confirmations import (
+from mhabench.analysis.history.confirmations import (
     Confirmation,
     load_confirmations,
     save_confirmations,

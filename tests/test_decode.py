@@ -181,7 +181,7 @@ def test_jax_decode_copies_its_cache_where_the_time_model_counts_a_copy(backend)
     whether it wrote it or not (the repeat of batched GQA is a broadcast, checked apart)."""
     import re
 
-    from mhabench.analysis.decode_reads import (
+    from mhabench.analysis.prediction.decode_reads import (
         REPEATS_KV,
         decode_kv_copied,
         decode_kv_elements,

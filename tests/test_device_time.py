@@ -1,4 +1,4 @@
-"""Device time (mhabench.measure.device_time): the union of kernel intervals, read from the
+"""Device time (mhabench.measure.profiler.device_time): the union of kernel intervals, read from the
 profilers' records; CUDA paths' logic on the CPU, a real JAX trace on the CPU too."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.device_time import busy_seconds, device_seconds, jax_trace_intervals
+from mhabench.measure.profiler.device_time import busy_seconds, device_seconds, jax_trace_intervals
 from mhabench.measure.timing import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def test_asv_records_device_time_only_where_cuda_is_asked_for() -> None:
 def test_the_report_puts_host_overhead_beside_the_step() -> None:
     import pandas as pd
 
-    from mhabench.report.sections_overview import _device_columns
+    from mhabench.report.sections.overview import _device_columns
 
     row = {"machine": "gpu", "config_id": "c", "time_ms": 1.5}
     assert _device_columns(row, pd.Series({("gpu", "c"): 0.0011})) == {

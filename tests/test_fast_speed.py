@@ -14,14 +14,14 @@ import pytest
 from fixtures.synthetic_asv import synthetic_time, write_results
 
 from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown, fast_values
+from mhabench.analysis.prediction.timemodel import timing_cells
+from mhabench.analysis.prediction.validation import leave_out
 from mhabench.analysis.results import load_results
-from mhabench.analysis.timemodel import timing_cells
-from mhabench.analysis.validation import leave_out
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
-from mhabench.measure import speed
+from mhabench.measure.conditions import speed
+from mhabench.measure.conditions.machine_load import CellLoad, read_records
 from mhabench.measure.interleaved import measure_interleaved
-from mhabench.measure.machine_load import CellLoad, read_records
 
 FAST = 50e-6  # the synthetic machine's fast probe reading
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
@@ -180,7 +180,7 @@ def test_validate_reads_its_sample_at_the_grid_fast_speed_and_shows_it_as_read(
     ~100x, so every config reads ~100x quicker than predicted), says the reference and
     the slowdown, and gives the same timings as read against a model fitted on the cells
     as read (errors of the usual size), in the CLI, the file and the report."""
-    from mhabench.analysis.validation import as_read_line, load_validation
+    from mhabench.analysis.prediction.validation import as_read_line, load_validation
     from mhabench.report.build import build_report
 
     results = tmp_path / ".asv" / "results"

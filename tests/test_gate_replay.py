@@ -13,7 +13,7 @@ process's median in ms:
   unchanged cell 0.80x faster: about a third of one side's processes ran in a fast mode
   (23 ms against 29 ms) and none of the other's.
 
-The shipped statistic (the modes lined up, ``mhabench.analysis.modes``) reads that cell
+The shipped statistic (the modes lined up, ``mhabench.analysis.comparisons.modes``) reads that cell
 unchanged and names its modes and their shares; the earlier one (each side's fast
 processes) reads it faster. On the recorded cell-runs it flags no unchanged cell and
 catches the planted ones.
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from mhabench.analysis.process_compare import compare, lean, two_stage, verdict
+from mhabench.analysis.comparisons.process_compare import compare, lean, two_stage, verdict
 from mhabench.compare.rounds import CONFIRM_ROUNDS, SCREEN_ROUNDS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 
 from mhabench.analysis.gpu_peak import peak_rows, state_text
+from mhabench.analysis.prediction.timemodel import timing_cells
 from mhabench.analysis.results import calibration_table, load_results
-from mhabench.analysis.timemodel import timing_cells
-from mhabench.measure import gpu_state
-from mhabench.measure.machine_load import CellLoad
+from mhabench.measure.conditions import gpu_state
+from mhabench.measure.conditions.machine_load import CellLoad
 from mhabench.report.context import Context
-from mhabench.report.sections_gpu import gpu_section
+from mhabench.report.sections.gpu import gpu_section
 
 GPU_RESULTS = Path(__file__).parent / "fixtures" / "gpu_results"
 

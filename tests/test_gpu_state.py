@@ -16,7 +16,8 @@ import sys
 import pytest
 from conftest import ROOT, has_cuda, requires_cuda
 
-from mhabench.measure import cache_flush, gpu_state
+from mhabench.measure import cache_flush
+from mhabench.measure.conditions import gpu_state
 
 
 @pytest.mark.skipif(has_cuda(), reason="checks the no-GPU path")

@@ -33,10 +33,10 @@ import pytest
 from support.scratch import ASV, asv_env, plant, same_code_commit, scratch_clone
 
 from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown
-from mhabench.analysis.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
 from mhabench.analysis.results import load_results
 from mhabench.compare.rounds import CONFIRM_ROUNDS
-from mhabench.measure.machine_load import read_records
+from mhabench.measure.conditions.machine_load import read_records
 
 # The tiny grid's torch time_step cells of the loop, batched and fused backends in the
 # sweep modules (48: 18 fused, 30 that the plant leaves alone), about 35 s of asv a commit;

@@ -9,7 +9,11 @@ from conftest import requires_cuda
 from mhabench.core.config import AttentionConfig, UnavailableError
 from mhabench.core.cost import cost
 from mhabench.core.kernel_codes import KERNEL_CODES, expected_kernel, materialises
-from mhabench.measure.kernel_detect import detect_kernel, kernel_from_hlo, kernel_from_torch_ops
+from mhabench.measure.profiler.kernel_detect import (
+    detect_kernel,
+    kernel_from_hlo,
+    kernel_from_torch_ops,
+)
 from mhabench.measure.timing import check_runnable, prepare
 
 

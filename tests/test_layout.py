@@ -2,7 +2,7 @@
 compare/asvproject/report -> analysis/bench -> measure -> layers -> core, with no cycle of
 any kind (module-level, function-level and ``importlib.import_module``/``__import__``
 string targets alike); ``core`` imports neither torch nor JAX; every module imports in a
-fresh interpreter; modules stay small."""
+fresh interpreter; modules stay small, and so do packages."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 400  # per module, every package
+MAX_MODULES = 10  # per package, __init__ and __main__ aside: past it, split into subpackages
 FRAMEWORKS = ("torch", "jax")  # what an f-string's placeholders in an import target expand to
 # Floors, lowest first: a module imports only from its own floor or lower ones. The
 # package's own __init__ and the public api sit on top.
@@ -151,7 +152,7 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
 def test_mhabench_has_no_import_cycles() -> None:
     graph = import_graph(ROOT / "mhabench")
     assert len(graph) > 30  # the walk saw the whole package
-    assert "mhabench.cli.common" in graph["mhabench.cli.profile"]
+    assert "mhabench.cli.common" in graph["mhabench.cli.configs.profile"]
     assert cycles(graph) == []
 
 
@@ -280,3 +281,46 @@ def test_the_packages_stay_in_small_modules() -> None:
     long = {name: n for name, path in modules(ROOT / "mhabench").items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def crowded(package_dir: Path) -> dict[str, int]:
+    """Dotted name -> module count of each package under ``package_dir`` (itself included)
+    that holds more than :data:`MAX_MODULES` modules of its own (``__init__`` and
+    ``__main__`` aside; its subpackages' modules count toward them, not toward it)."""
+    out = {}
+    for folder in [package_dir, *sorted(p for p in package_dir.rglob("*") if p.is_dir())]:
+        if not (folder / "__init__.py").is_file():
+            continue
+        count = sum(1 for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+        if count > MAX_MODULES:
+            out[".".join(folder.relative_to(package_dir.parent).parts)] = count
+    return out
+
+
+def test_no_package_holds_more_than_max_modules() -> None:
+    found = crowded(ROOT / "mhabench")
+    offenders = ", ".join(f"{name} ({n} modules)" for name, n in sorted(found.items()))
+    assert found == {}, (f"over {MAX_MODULES} modules in one package: {offenders}; split it "
+                         "into subpackages named by what they hold")
+
+
+def test_the_package_count_finds_a_crowded_package(tmp_path: Path) -> None:
+    """A package of MAX_MODULES + 1 modules is named, wherever it sits; one of exactly
+    MAX_MODULES is not, nor are ``__init__``/``__main__``, a subpackage's modules or a
+    folder that is no package."""
+    pkg = tmp_path / "pkg"
+    for folder in (pkg, pkg / "full", pkg / "full" / "deep", pkg / "data"):
+        folder.mkdir(parents=True, exist_ok=True)
+    for folder in (pkg, pkg / "full", pkg / "full" / "deep"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("")
+    for i in range(MAX_MODULES):
+        (pkg / f"m{i}.py").write_text("")
+        (pkg / "full" / f"m{i}.py").write_text("")
+        (pkg / "data" / f"m{i}.py").write_text("")
+    for i in range(MAX_MODULES + 1):
+        (pkg / "full" / "deep" / f"m{i}.py").write_text("")
+    (pkg / "data" / "extra.py").write_text("")
+    assert crowded(pkg) == {"pkg.full.deep": MAX_MODULES + 1}
+    (pkg / "extra.py").write_text("")
+    assert crowded(pkg) == {"pkg": MAX_MODULES + 1, "pkg.full.deep": MAX_MODULES + 1}

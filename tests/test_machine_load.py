@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from asv_runner.benchmarks.time import TimeBenchmark
 
-from mhabench.measure import machine_load
+from mhabench.measure.conditions import machine_load
 
 
 def test_the_record_is_written_after_the_last_sample_and_never_between(
@@ -48,7 +48,7 @@ def test_the_record_is_written_after_the_last_sample_and_never_between(
     [path] = tmp_path.rglob("*.json")
     record = json.loads(path.read_text())
     assert record["cell"] == "bench_x.Cell.time_step" and record["commit"] == "0123456789abcdef"
-    # the machine's speed before the first sample and after the last (measure.speed)
+    # the machine's speed before the first sample and after the last (measure.conditions.speed)
     assert len(record["probe_s"]) == 2 and all(0 < p < 0.01 for p in record["probe_s"])
 
 

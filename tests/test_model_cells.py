@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import write_benchmarks
 
-from mhabench.analysis.features import FEATURES
 from mhabench.analysis.model_cells import BY_BYTES, BY_MODEL, TERM_GROUPS, decode_shares
+from mhabench.analysis.prediction.features import FEATURES
+from mhabench.analysis.prediction.timemodel import TimeModel
 from mhabench.analysis.results import load_results
-from mhabench.analysis.timemodel import TimeModel
 from mhabench.cluster.merge import merge
 from mhabench.core.config import AttentionConfig
 from mhabench.core.models import model_shape

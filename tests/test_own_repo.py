@@ -31,7 +31,7 @@ from support.own_repo import borrow_frameworks, mhabench_wheel, plugin_checkout
 from support.plugin_package import write_module
 from support.scratch import ASV, ROOT, commit_all, git
 
-from mhabench.analysis.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
 from mhabench.asvproject.own_repo import InitError, asv_folder_ignored, source_from
 
 PLUGIN = "mysdpa"

@@ -8,8 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mhabench.analysis.modes import align, mix_p, modes
-from mhabench.analysis.process_compare import Comparison, compare, lean, two_stage, verdict
+from mhabench.analysis.comparisons.modes import align, mix_p, modes
+from mhabench.analysis.comparisons.process_compare import (
+    Comparison,
+    compare,
+    lean,
+    two_stage,
+    verdict,
+)
 
 
 def side(rng: np.random.Generator, n: int, level: float, *, scatter: float = 0.03,

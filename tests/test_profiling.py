@@ -15,8 +15,13 @@ import pytest
 
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig, preset
-from mhabench.measure.profiling import breakdown_table, profile_config, profile_configs, run_dir
-from mhabench.measure.trace_breakdown import COLUMNS, META_FILE, OTHER, hlo_op_regions
+from mhabench.measure.profiler.profiling import (
+    breakdown_table,
+    profile_config,
+    profile_configs,
+    run_dir,
+)
+from mhabench.measure.profiler.trace_breakdown import COLUMNS, META_FILE, OTHER, hlo_op_regions
 
 # Softmax-heavy: large n, small d, so the n x m map outweighs the projections.
 CONFIGS = preset("softmax-heavy", "torch") + preset("softmax-heavy", "jax")
@@ -109,7 +114,7 @@ def test_breakdown_is_offline_from_the_files_alone(traced, table, tmp_path):
     subprocess.run(["cp", "-r", str(traced[0]), str(copy)], check=True)
     # A fresh interpreter that cannot import torch or jax reads the copied files.
     code = ("import sys; sys.modules['torch'] = None; sys.modules['jax'] = None\n"
-            "from mhabench.measure.profiling import breakdown_table\n"
+            "from mhabench.measure.profiler.profiling import breakdown_table\n"
             f"print(breakdown_table({str(copy)!r}).to_json(orient='records'))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout

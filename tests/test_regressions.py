@@ -15,9 +15,9 @@ import numpy as np
 from asv import _stats
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
-from mhabench.analysis.change_points import classify, fit_shifts, z_score
-from mhabench.analysis.confirmations import Confirmation
-from mhabench.analysis.regressions import (
+from mhabench.analysis.history.change_points import classify, fit_shifts, z_score
+from mhabench.analysis.history.confirmations import Confirmation
+from mhabench.analysis.history.regressions import (
     History,
     Order,
     commit_order,
@@ -25,7 +25,7 @@ from mhabench.analysis.regressions import (
     regressions,
 )
 from mhabench.analysis.results import load_results
-from mhabench.measure.machine_load import CellLoad
+from mhabench.measure.conditions.machine_load import CellLoad
 from mhabench.report.build import build_report
 
 SAMPLES = 10
@@ -208,7 +208,7 @@ def test_the_moment_s_effect_is_the_median_of_the_nearest_cells_of_other_backend
     1,700 cells x 20 commits: 1 s, where every pair took 6 s): it must give what the
     definition gives, cell by cell, on runs with backends in stretches, cells without a
     backend, cells unknown and runs with too few other cells."""
-    from mhabench.analysis.runs import LOCAL_CELLS, MIN_LOCAL_CELLS, local_effects
+    from mhabench.analysis.history.runs import LOCAL_CELLS, MIN_LOCAL_CELLS, local_effects
 
     rng = np.random.default_rng(23)
     for _ in range(40):

@@ -25,9 +25,9 @@ from support.scratch import asv_env, commit_all, git, scratch_clone
 
 import mhabench.compare.dependency_sets as sets_module
 import mhabench.compare.sides as sides_module
-from mhabench.analysis.releases import changes_frame, load_summary, times_frame
+from mhabench.analysis.comparisons.releases import changes_frame, load_summary, times_frame
 from mhabench.cli import main
-from mhabench.cli.bisect import lines
+from mhabench.cli.compare.bisect import lines
 from mhabench.compare.releases import RELEASES_DIR, SWEEP_ROUNDS, ReleaseError, Releases
 from mhabench.compare.sides import SideError, parse_side, release_range, set_labels
 
@@ -328,8 +328,8 @@ def test_the_report_section_and_finding_read_releases_json(
     from types import SimpleNamespace
 
     from mhabench.report import findings
-    from mhabench.report.plots import plot_png
-    from mhabench.report.sections_releases import SECTION_ID, releases_section
+    from mhabench.report.render.plots import plot_png
+    from mhabench.report.sections.changes.releases import SECTION_ID, releases_section
 
     kernels = {FUSED: {"1.0": "flash", "1.1": "flash", "1.2": "math", "1.3": "math"}}
     _sweep(project, tmp_path, monkeypatch, {FUSED: STEP, BATCHED: dict.fromkeys(STEP, 0.02)},

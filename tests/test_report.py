@@ -15,7 +15,7 @@ from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_result
 from mhabench.analysis.results import load_results
 from mhabench.cli import main
 from mhabench.report.build import SECTION_IDS, build_report, write_report
-from mhabench.report.sections_profile import profile_section
+from mhabench.report.sections.profile import profile_section
 
 REAL = Path(__file__).parent / "fixtures" / "asv_results"
 EVIL_MACHINE = "<img src=x onerror=alert(1)>"
@@ -285,7 +285,7 @@ def test_report_from_the_real_fixture(real_report: dict) -> None:
 
 
 def test_the_real_page_stays_light_and_its_csvs_hold_every_row(real_report: dict) -> None:
-    from mhabench.report.excerpt import MAX_SHOWN_ROWS, csv_name
+    from mhabench.report.render.excerpt import MAX_SHOWN_ROWS, csv_name
 
     size = real_report["out"].stat().st_size
     assert size <= PAGE_BUDGET, f"the page takes {size:,} bytes, over {PAGE_BUDGET:,}"
@@ -311,8 +311,8 @@ def test_the_real_findings_are_built_from_the_tables_in_the_csvs(real_report: di
     from dataclasses import replace
     from html import escape
 
-    from mhabench.report.excerpt import csv_name
     from mhabench.report.findings import findings_section
+    from mhabench.report.render.excerpt import csv_name
 
     def read(section, table):
         return pd.read_csv(real_report["tables"] / csv_name(section, table))
@@ -331,7 +331,7 @@ def test_compile_seconds_and_break_even_calls_beside_the_step_time() -> None:
     import pandas as pd
 
     from mhabench.core.config import AttentionConfig
-    from mhabench.report.sections_overview import _compile_columns
+    from mhabench.report.sections.overview import _compile_columns
 
     compiled = AttentionConfig(framework="torch", backend="compiled", batch=8, heads=8)
     eager, jax_cell = compiled.replace(backend="batched"), compiled.replace(framework="jax",

@@ -20,11 +20,18 @@ from mhabench.cluster.merge import merge
 from mhabench.core.backends import BUILTIN
 from mhabench.core.kernel_codes import KERNEL_CODES, SCORE_TERMS
 from mhabench.report.build import SECTION_IDS, build_report, write_report
-from mhabench.report.excerpt import MAX_SHOWN_ROWS, csv_name, excerpt
-from mhabench.report.formatting import size_text
-from mhabench.report.html import MAX_OPEN_ROWS
-from mhabench.report.palette import Palette, clashes, series_labels
-from mhabench.report.plots import DPI, FACET_COLUMNS_SMALL, FACET_SMALL, MAX_LINES, panels, plot_png
+from mhabench.report.render.excerpt import MAX_SHOWN_ROWS, csv_name, excerpt
+from mhabench.report.render.formatting import size_text
+from mhabench.report.render.html import MAX_OPEN_ROWS
+from mhabench.report.render.palette import Palette, clashes, series_labels
+from mhabench.report.render.plots import (
+    DPI,
+    FACET_COLUMNS_SMALL,
+    FACET_SMALL,
+    MAX_LINES,
+    panels,
+    plot_png,
+)
 from mhabench.report.types import Plot, Report, Section, Table
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -103,7 +110,7 @@ def test_facets_are_one_figure_under_one_legend_in_the_reports_colours() -> None
     import numpy as np
     from PIL import Image
 
-    from mhabench.report.html import plot_html
+    from mhabench.report.render.html import plot_html
 
     def facet(i: int, labels: tuple[str, ...]) -> Plot:
         return Plot("", f"x{i}", "ms", {lab: ([1.0, 2.0, 4.0], [1.0, 3.0, 2.0 + j])
@@ -130,7 +137,7 @@ def test_the_compact_png_keeps_every_lines_colour(monkeypatch: pytest.MonkeyPatc
     import numpy as np
     from PIL import Image
 
-    from mhabench.report import plots
+    from mhabench.report.render import plots
 
     series = {f"torch/{b}": ([1.0, 2.0, 4.0], [1.0 + i, 2.0 + i, 3.0 + i])
               for i, b in enumerate(BUILTIN)}

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mhabench.analysis.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
+from mhabench.analysis.prediction.residuals import RESIDUAL_FIELDS, field_residuals, field_trends
 
 
 def _cells_and_errors(residual_of_p: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -54,7 +54,7 @@ def test_noise_alone_names_no_field() -> None:
 
 def test_load_window_counts_other_processes_and_steal_not_its_own(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from mhabench.measure import machine_load
+    from mhabench.measure.conditions import machine_load
 
     clock = {"wall": 100.0, "own": 5.0, "stat": (1000.0, 10.0)}
     monkeypatch.setattr(machine_load.time, "time", lambda: clock["wall"])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mhabench.core.config import preset
-from mhabench.measure.profiling import profile_configs, run_dir
+from mhabench.measure.profiler.profiling import profile_configs, run_dir
 
 pytestmark = pytest.mark.slow
 

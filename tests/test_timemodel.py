@@ -11,11 +11,10 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import TRUE_COEF, grid, synthetic_time, write_results
 
-from mhabench.analysis.decode_reads import decode_working_set_bytes
-from mhabench.analysis.results import config_from_row, load_results
-from mhabench.analysis.sampling import sample_configs
-from mhabench.analysis.solvers import nnls, pulled_nnls
-from mhabench.analysis.timemodel import (
+from mhabench.analysis.prediction.decode_reads import decode_working_set_bytes
+from mhabench.analysis.prediction.sampling import sample_configs
+from mhabench.analysis.prediction.solvers import nnls, pulled_nnls
+from mhabench.analysis.prediction.timemodel import (
     FEATURES,
     CellFeatures,
     feature_values,
@@ -27,7 +26,8 @@ from mhabench.analysis.timemodel import (
     timing_cells,
     underdetermined,
 )
-from mhabench.analysis.validation import error_summary, leave_out
+from mhabench.analysis.prediction.validation import error_summary, leave_out
+from mhabench.analysis.results import config_from_row, load_results
 from mhabench.cli import main
 from mhabench.core import backends
 from mhabench.core.config import AttentionConfig
@@ -627,7 +627,7 @@ def test_predict_marks_every_extrapolation(tmp_path: Path,
 
 
 def test_the_jax_blockwise_backend_scores_its_padded_key_tiles() -> None:
-    from mhabench.analysis.features import scored_keys
+    from mhabench.analysis.prediction.features import scored_keys
     from mhabench.core.backends import KEY_BLOCK
 
     fwd = AttentionConfig(framework="jax", backend="blockwise", n=100, m=KEY_BLOCK + 1,

@@ -12,16 +12,16 @@ import pandas as pd
 import pytest
 from fixtures.synthetic_asv import grid, synthetic_time, write_results
 
-from mhabench.analysis.results import load_results
-from mhabench.analysis.sampling import ANCHOR_MAX_S, anchor_cells, sample_configs
-from mhabench.analysis.timemodel import fit_models, groups
-from mhabench.analysis.validation import (
+from mhabench.analysis.prediction.sampling import ANCHOR_MAX_S, anchor_cells, sample_configs
+from mhabench.analysis.prediction.timemodel import fit_models, groups
+from mhabench.analysis.prediction.validation import (
     anchored_line,
     load_validation,
     machine_drift,
     random_validation,
     summary_dict,
 )
+from mhabench.analysis.results import load_results
 from mhabench.cli import main
 from mhabench.core.config import AttentionConfig
 from mhabench.core.cost import cost
@@ -273,7 +273,7 @@ def _file(seed: int, errors: list[float], ratios: list[float], inside: int | Non
 
 
 def test_floor_judges_each_anchor_by_the_others_and_the_tail_counts_past_the_goal() -> None:
-    from mhabench.analysis.validation_samples import (
+    from mhabench.analysis.prediction.validation_samples import (
         WORST_GOAL,
         floor_errors,
         newest,
@@ -322,7 +322,7 @@ def test_report_pools_several_real_validations_and_refuses_one_given_twice(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Two samples timed here (seeds 0 and 1) against the real fixture, then the report
     CLI with both: one row per sample and the pooled tail, counted from the files."""
-    from mhabench.analysis.validation_samples import floor_errors
+    from mhabench.analysis.prediction.validation_samples import floor_errors
 
     files = []
     for seed in (0, 1):

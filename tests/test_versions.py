@@ -28,9 +28,9 @@ from support.plugin_package import NAME, write_release
 from support.scratch import asv_env, commit_all, git, scratch_clone
 
 import mhabench.compare.dependency_sets as sets_module
-from mhabench.analysis.versions import VERDICTS, compile_frame
+from mhabench.analysis.comparisons.versions import VERDICTS, compile_frame
 from mhabench.asvproject.result_files import BENCHMARKS, selected_cells
-from mhabench.cli import versions as versions_cli
+from mhabench.cli.compare import versions as versions_cli
 from mhabench.compare.dependency_sets import COMPILE_BENCH
 from mhabench.compare.rounds import cell_pattern
 from mhabench.compare.sides import LOCAL_VAR, SIDE_VAR, SideError, parse_side, side_include

@@ -1,12 +1,12 @@
 """Timings read at the machine's fast speed: the moment's slowness taken out.
 
 A shared host runs the same step slower in some stretches than in others
-(:mod:`mhabench.measure.speed`), and a grid cell is one process timed over a fraction
+(:mod:`mhabench.measure.conditions.speed`), and a grid cell is one process timed over a fraction
 of a second. Each asv timing process records the machine's speed probe before and after
-its samples (:mod:`mhabench.measure.machine_load`). A cell's *slowdown* is that probe
-over the machine's fast reading (:func:`mhabench.measure.speed.fast_reference` of the
+its samples (:mod:`mhabench.measure.conditions.machine_load`). A cell's *slowdown* is that probe
+over the machine's fast reading (:func:`mhabench.measure.conditions.speed.fast_reference` of the
 probes of all its time cells); the time model is fitted on ``value / slowdown``
-(:func:`mhabench.analysis.timemodel.timing_cells`), and ``mhabench validate`` divides its
+(:func:`mhabench.analysis.prediction.timemodel.timing_cells`), and ``mhabench validate`` divides its
 own timings by the slowdown its probes read against the same reference, so the model and
 the measurements it is checked against are both read at the machine's fast speed.
 
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mhabench.measure.machine_load import CellLoad
-from mhabench.measure.speed import fast_reference, slowdown
+from mhabench.measure.conditions.machine_load import CellLoad
+from mhabench.measure.conditions.speed import fast_reference, slowdown
 
 SLOWDOWN = "slowdown"  # the frame's column: 1 where no probe was recorded
 

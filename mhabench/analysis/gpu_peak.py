@@ -10,8 +10,8 @@ the peak this machine's calibration measured and the one its spec sheet states.
 - Decode cells: the bytes one step must read, the cached K/V plus the layer's weights, over
   the step's time (``mhabench.core.cost``), against the calibrated copy bandwidth and the
   spec sheet's HBM bandwidth.
-- Each cell's GPU state (``mhabench.measure.gpu_state``): SM clock range, throttled or not;
-  and, for the reference cell, the warm-L2 time beside the cold one.
+- Each cell's GPU state (``mhabench.measure.conditions.gpu_state``): SM clock range, throttled or
+  not; and, for the reference cell, the warm-L2 time beside the cold one.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 import pandas as pd
 
+from mhabench.analysis.prediction.timemodel import WARM_SUFFIX
 from mhabench.analysis.results import config_from_row, latest
-from mhabench.analysis.timemodel import WARM_SUFFIX
 from mhabench.core.config import DTYPE_BYTES
 from mhabench.core.cost import cost
-from mhabench.measure import gpu_state
+from mhabench.measure.conditions import gpu_state
 
 PEAK_MODULE = "bench_gpu."
 REFERENCE = "bench_gpu.L2Reference."  # the cold/warm pair, not a cell of the tables

@@ -6,9 +6,9 @@ cache. Per cell: its time at the machine's fast speed (:mod:`mhabench.analysis.f
 the projections' share of its FLOPs (the cost model's split: the whole n x n map counted,
 as the eager backends compute it; a causal kernel skips about half of the attention part),
 the KV cache's bytes per token and, for a decode step, what bounds it: the time model's
-terms (:mod:`mhabench.analysis.timemodel`) summed into :data:`TERM_GROUPS` where a model was
-fitted for its framework and backend, else the bytes it reads (projection weights against
-the KV cache, :mod:`mhabench.analysis.decode_reads`).
+terms (:mod:`mhabench.analysis.prediction.timemodel`) summed into :data:`TERM_GROUPS` where a model
+was fitted for its framework and backend, else the bytes it reads (projection weights against
+the KV cache, :mod:`mhabench.analysis.prediction.decode_reads`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.decode_reads import decode_kv_bytes, weight_elements
 from mhabench.analysis.fast_speed import fast_values
+from mhabench.analysis.prediction.decode_reads import decode_kv_bytes, weight_elements
+from mhabench.analysis.prediction.timemodel import Key, TimeModel
 from mhabench.analysis.results import config_from_row, latest
-from mhabench.analysis.timemodel import Key, TimeModel
 from mhabench.core.config import DTYPE_BYTES, AttentionConfig
 from mhabench.core.cost import cost
 

@@ -56,7 +56,8 @@ ESSENTIAL_FIELDS = ("framework", "backend", "batch", "n", "d", "heads")
 OPTIONAL_FIELDS = ("head_dim", "scale")
 
 
-FACTS_PREFIX = "mhabench-machine"  # mhabench.measure.machine.FACTS_FILE and its numbered siblings
+# mhabench.measure.conditions.machine.FACTS_FILE and its numbered siblings
+FACTS_PREFIX = "mhabench-machine"
 
 
 class ResultsError(ValueError):
@@ -78,7 +79,7 @@ class Results:
     # moment's slowdown (mhabench.analysis.fast_speed; added by mhabench's CLI)
     fast_probe_s: dict[str, float] = field(default_factory=dict)
     # (commit, env, asv cell) -> CellLoad, where mhabench's CLI read the load records
-    # (mhabench.measure.machine_load.read_records), so the report reads them once
+    # (mhabench.measure.conditions.machine_load.read_records), so the report reads them once
     loads: dict[tuple[str, str, str], Any] | None = None
 
     @property
@@ -309,8 +310,8 @@ def load_results(root: str | Path, machine: str | None = None) -> Results:
         if info.is_file():
             data = _read_json(info, root, warnings)
             machines[folder.name] = data if isinstance(data, dict) else {}
-        # mhabench's own facts beside asv's machine.json (GPU, versions; mhabench.measure.machine):
-        # the newest file wins.
+        # mhabench's own facts beside asv's machine.json (GPU, versions;
+        # mhabench.measure.conditions.machine): the newest file wins.
         for facts_file in sorted(folder.glob(f"{FACTS_PREFIX}*.json"),
                                  key=lambda p: p.stat().st_mtime):
             facts = _read_json(facts_file, root, warnings)

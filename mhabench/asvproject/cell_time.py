@@ -40,8 +40,8 @@ def step_seconds(cells: Sequence[Cell], frame: Any, machine: str) -> tuple[list[
     models: dict = {}
     rates: dict[tuple[str, str, str], float] = {}
     if frame is not None and not frame.empty:
+        from mhabench.analysis.prediction.timemodel import fit_models
         from mhabench.analysis.results import calibration_table, latest
-        from mhabench.analysis.timemodel import fit_models
 
         mine = frame[frame["machine"] == machine]
         times = latest(mine[mine["kind"] == "time"])

@@ -29,7 +29,7 @@ from mhabench.bench.methods import (
     step_bytes,
 )
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 # The loop backend's decode is a Python loop over heads: full grid only, but for the KV
 # cache's time cells on the quick grid (below).

@@ -32,7 +32,7 @@ from mhabench.bench.methods import (
     step_bytes,
 )
 from mhabench.core.config import AttentionConfig
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 
 def runs(c: AttentionConfig) -> bool:

@@ -24,7 +24,7 @@ from mhabench.bench.methods import (
 )
 from mhabench.core.config import AttentionConfig
 from mhabench.core.grids import HEAD_SWEEP
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 
 def rss_cross_check(c: AttentionConfig) -> bool:

@@ -9,7 +9,7 @@ each one line that calls a function here:
   build, compile and warm-up ran once per process in ``timing.prepare``; a cell this
   machine cannot run is n/a (``NotImplementedError``).
 - ``teardown``: :func:`record_load`, after every sample of a time method, what other
-  processes took from the machine (``mhabench.measure.machine_load``).
+  processes took from the machine (``mhabench.measure.conditions.machine_load``).
 - ``time_step`` (its own setup :func:`settle`), ``time_step_warm`` (:func:`settle_warm`),
   ``track_step_bytes`` (:func:`step_bytes`), ``track_step_rss_bytes`` (:func:`rss_bytes`),
   ``track_kernel`` (:func:`kernel_code`), ``track_device_seconds`` (:func:`device_seconds`).
@@ -27,15 +27,9 @@ from typing import Any
 from mhabench.bench.axes import grid
 from mhabench.bench.cells import config_of, unsupported_as_skip
 from mhabench.core.config import AttentionConfig
-from mhabench.measure import (
-    allocator,
-    device_time,
-    gpu_state,
-    kernel_detect,
-    machine_load,
-    memory,
-    timing,
-)
+from mhabench.measure import allocator, memory, timing
+from mhabench.measure.conditions import gpu_state, machine_load
+from mhabench.measure.profiler import device_time, kernel_detect
 
 WARMUP = 1  # calls inside prepare(), after JAX compiled in make_step; as measure() passes it
 
@@ -165,5 +159,6 @@ def kernel_code(bench: Any) -> int:
 
 def device_seconds(bench: Any) -> float:
     """``track_device_seconds``: the device's busy time per step
-    (``mhabench.measure.device_time``), CUDA cells; wall minus device is the host's share."""
+    (``mhabench.measure.profiler.device_time``), CUDA cells; wall minus device is the host's
+    share."""
     return device_time.device_seconds(bench.cfg, bench.step)

@@ -15,7 +15,7 @@ from mhabench.bench.methods import (
     settle,
     step_bytes,
 )
-from mhabench.measure.kernel_detect import library_call
+from mhabench.measure.profiler.kernel_detect import library_call
 
 
 class ForwardVsTrain(AttentionBenchmark):

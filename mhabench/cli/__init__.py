@@ -1,11 +1,15 @@
 """The ``mhabench`` command line: cost, time, check, predict, validate, report, confirm,
 profile, gate, bisect, versions, releases, init, shard, merge.
 
-One module per subcommand (``mhabench.cli.<command>``), each with ``add_command(sub)``;
-the shared flags and the error type live in :mod:`mhabench.cli.common`. Subcommand
-modules import only the standard library and ``mhabench.cli.common``/``mhabench.core.config``
-at the top (pandas, torch, JAX load inside the handlers), so start-up stays cheap.
-Errors print one line and exit 2.
+One module per subcommand, each with ``add_command(sub)``, in three subpackages:
+:mod:`.compare` (gate, bisect, versions, releases, confirm: did a change of commit or of
+dependency set make cells slower?), :mod:`.configs` (cost, time, predict, validate,
+profile, check: one config, or a sample of them, costed, timed, predicted, traced or
+checked) and :mod:`.suite` (init, shard, merge, report: the asv suite set up, run across
+hosts, merged and reported). The shared flags and the error type live in
+:mod:`mhabench.cli.common`. Subcommand modules import only the standard library and
+``mhabench.cli.common``/``mhabench.core.config`` at the top (pandas, torch, JAX load inside
+the handlers), so start-up stays cheap. Errors print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -14,24 +18,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mhabench.cli import (
-    bisect,
-    check,
-    confirm,
-    cost,
-    gate,
-    init,
-    merge,
-    predict,
-    profile,
-    releases,
-    report,
-    shard,
-    time,
-    validate,
-    versions,
-)
 from mhabench.cli.common import CLIError, Parser
+from mhabench.cli.compare import bisect, confirm, gate, releases, versions
+from mhabench.cli.configs import check, cost, predict, profile, time, validate
+from mhabench.cli.suite import init, merge, report, shard
 
 # --help lists them in this order
 COMMANDS = (cost, time, check, predict, validate, report, confirm, profile, gate, bisect,

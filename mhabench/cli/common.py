@@ -147,8 +147,8 @@ def load_results(args: argparse.Namespace, command: str) -> Any:
     from mhabench.analysis.fast_speed import add_slowdown, beside_results
     from mhabench.analysis.results import load_results as load
     from mhabench.asvproject.own_repo import checkout_backends
-    from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
-    from mhabench.measure.machine_load import read_records
+    from mhabench.measure.conditions.machine_load import FOLDER as LOAD_FOLDER
+    from mhabench.measure.conditions.machine_load import read_records
 
     # A plug-in's own checkout (mhabench init): its backends name cells of the results.
     for warning in checkout_backends(Path(getattr(args, "repo", None) or ".")):

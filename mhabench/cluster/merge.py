@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mhabench.analysis.fast_speed import beside_results
 from mhabench.asvproject.result_files import BENCHMARKS, cell_names, measured, result_rows
-from mhabench.measure.machine_load import FOLDER as LOAD
+from mhabench.measure.conditions.machine_load import FOLDER as LOAD
 
 
 class MergeError(ValueError):

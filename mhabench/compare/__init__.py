@@ -3,4 +3,4 @@
 (:mod:`.versions`) or in an ordered list of them (:mod:`.releases`), the sets in
 :mod:`.sides` and built and timed in :mod:`.dependency_sets`, commits in :mod:`.rounds`; the
 culprit search over commits or releases (:mod:`.bisect`). The process is the unit of
-evidence (:mod:`mhabench.analysis.process_compare`)."""
+evidence (:mod:`mhabench.analysis.comparisons.process_compare`)."""

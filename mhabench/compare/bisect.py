@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mhabench.analysis.process_compare import Comparison, lean, verdict
+from mhabench.analysis.comparisons.process_compare import Comparison, lean, verdict
 from mhabench.compare.halves import Timed, cleared, compared, merge, middles, which_half
 from mhabench.compare.rounds import cell_pattern, commit_kernels, commit_rounds, resolve
 from mhabench.compare.search_record import Culprit, Search, Stage

@@ -9,7 +9,7 @@ timed in rounds of fresh processes that run every environment, their order alter
 - **Rounds** (:meth:`DependencySets.rounds`): half the rounds with the sets in their order,
   half reversed (ABAB... then BABA... for two), each a fresh process per cell and set that
   takes exactly ``SAMPLES`` samples, appended to the set's results file; each process's
-  median is one unit of evidence (:mod:`mhabench.analysis.process_compare`).
+  median is one unit of evidence (:mod:`mhabench.analysis.comparisons.process_compare`).
 - **Readings** (:meth:`DependencySets.kernels_and_compile`): one process per track cell and
   set: the kernel each set ran (``track_kernel``, recorded whatever the grid,
   ``MHABENCH_KERNELS=1``) and the compile-time cells ``-b`` selects.
@@ -89,7 +89,7 @@ class DependencySets:
 
     # -- running asv ---------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        from mhabench.measure.machine_load import LOAD_DIR_ENV
+        from mhabench.measure.conditions.machine_load import LOAD_DIR_ENV
 
         env = {**os.environ, "MHABENCH_GRID": self.grid, KERNEL_VAR: "1",
                "MHABENCH_PREIMPORT": ",".join(preimport(self.benches))}

@@ -7,7 +7,7 @@ process as the unit of evidence.
    every other round, so a slow stretch of the machine falls on both. Each process's median
    is one value (:mod:`mhabench.compare.rounds`); a cell whose ratio (the factor that lines
    up the two sides' levels) leans past :data:`SCREEN_FACTOR` either way is passed on
-   (:mod:`mhabench.analysis.process_compare`).
+   (:mod:`mhabench.analysis.comparisons.process_compare`).
 2. **Confirm**: every cell passed on runs again from scratch in :data:`CONFIRM_ROUNDS`
    rounds. It is a change only where the confirmation's bootstrap interval clears 1.0, its
    ratio passes :data:`FACTOR`, and it leans the way the screen did: ``SLOWER 1.27x [1.18,
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mhabench.analysis.process_compare import (
+from mhabench.analysis.comparisons.process_compare import (
     FACTOR,
     SCREEN_FACTOR,
     Comparison,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mhabench.analysis.process_compare import FACTOR, Comparison, compare, verdict
+from mhabench.analysis.comparisons.process_compare import FACTOR, Comparison, compare, verdict
 
 Timed = dict[str, dict[str, list[float] | None]]  # cell -> commit -> process medians
 SURE = 0.95  # a half holds the step in this share of bootstrap draws
@@ -54,7 +54,7 @@ def low_share(timed: Timed, cell: str, trio: list[str], draws: int = 400,
     """The share of bootstrap draws (each commit's processes resampled) in which the low
     half moved further than the high half: near 1 where one step lies in the low half,
     near 0 where it lies in the high one."""
-    from mhabench.analysis.modes import align
+    from mhabench.analysis.comparisons.modes import align
 
     logs = [np.log(np.asarray(timed[cell][c], dtype=float)) for c in trio]
     rng = np.random.default_rng(seed)

@@ -10,7 +10,7 @@ given set by set, or as a range of a package's releases on the index
 - **Sweep** (:meth:`Releases.sweep`): every set built, then :data:`SWEEP_ROUNDS` rounds of
   all of them, their order forward then reversed, a fresh process per cell and set each
   round, one median per process. Per cell its time at each release and each adjacent pair
-  compared (:mod:`mhabench.analysis.releases`), then the kernel each set ran and the
+  compared (:mod:`mhabench.analysis.comparisons.releases`), then the kernel each set ran and the
   compile-time cells ``-b`` selects (one process a set: readings, no verdict).
   ``releases.json`` beside ``results`` holds it all; ``mhabench report`` reads it into
   "Across releases".
@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mhabench.analysis.process_compare import FACTOR
-from mhabench.analysis.releases import SUMMARY, cell_summary, changes
+from mhabench.analysis.comparisons.process_compare import FACTOR
+from mhabench.analysis.comparisons.releases import SUMMARY, cell_summary, changes
 from mhabench.compare.bisect import Bisect
 from mhabench.compare.dependency_sets import DependencySets
 from mhabench.compare.rounds import CONFIRM_ROUNDS, SAMPLES

@@ -7,7 +7,7 @@ sides' order alternating from round to round (asv reverses the commits every oth
 the versions comparison runs its environments in both orders). asv appends each round's
 samples to the cell's earlier ones, so with a fixed count per process every ``SAMPLES``
 consecutive samples are one process, and its median is one unit of evidence
-(:mod:`mhabench.analysis.process_compare`).
+(:mod:`mhabench.analysis.comparisons.process_compare`).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _run_commits(commits: Sequence[str], benches: Sequence[str], args: Sequence[
     """One ``asv run`` of ``commits`` (a hash file) on ``benches`` with ``args``, its config
     and results in ``folder`` (new); each commit's results files by environment."""
     from mhabench.asvproject.asv_config import write_config
-    from mhabench.measure.machine_load import LOAD_DIR_ENV
+    from mhabench.measure.conditions.machine_load import LOAD_DIR_ENV
 
     config = write_config(root, folder)
     hashes = folder / "commits.txt"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mhabench.analysis.process_compare import Comparison
+from mhabench.analysis.comparisons.process_compare import Comparison
 
 
 @dataclass

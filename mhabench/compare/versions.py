@@ -14,7 +14,7 @@ sides' results go, under their environments' names, into one new folder
    process per cell, ``rounds=1``), the sides' order alternating ABBA so that a slow stretch
    of the machine falls on both. asv appends each process's samples to the side's results
    (``--append-samples``); the new samples of each call are that process's, and its median
-   is one unit of evidence (:mod:`mhabench.analysis.process_compare`).
+   is one unit of evidence (:mod:`mhabench.analysis.comparisons.process_compare`).
 3. **Confirm**: every cell whose screen ratio passes :data:`SCREEN_FACTOR` either way runs
    again in :data:`CONFIRM_ROUNDS` fresh rounds. It is ``slower`` or ``faster`` only if
    the confirmation's interval clears 1.0, its ratio passes :data:`FACTOR`, and it leans
@@ -39,14 +39,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mhabench.analysis.process_compare import (
+from mhabench.analysis.comparisons.process_compare import (
     FACTOR,
     SCREEN_FACTOR,
     compare,
     lean,
     two_stage,
 )
-from mhabench.analysis.versions import SUMMARY
+from mhabench.analysis.comparisons.versions import SUMMARY
 from mhabench.compare.dependency_sets import DependencySets
 from mhabench.compare.rounds import CONFIRM_ROUNDS, SAMPLES, SCREEN_ROUNDS, cell_pattern
 from mhabench.compare.sides import SIDES, parse_side
@@ -221,6 +221,6 @@ class Comparison:
 
 
 def _as_comparison(data: dict[str, Any]) -> Any:
-    from mhabench.analysis.process_compare import Comparison as Compared
+    from mhabench.analysis.comparisons.process_compare import Comparison as Compared
 
     return Compared.from_dict(data)

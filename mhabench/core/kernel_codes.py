@@ -7,7 +7,7 @@ decides whether the (batch, h, n, m) attention map is written to memory, so the 
 and the report use the kernel, not the backend's name.
 
 :func:`expected_kernel` is a static prediction from the config (used by the cost model
-before anything runs: memory budgets). :func:`mhabench.measure.kernel_detect.detect_kernel`
+before anything runs: memory budgets). :func:`mhabench.measure.profiler.kernel_detect.detect_kernel`
 reads what ran: torch's profiler op names, or the compiled HLO of a JAX step. The asv
 suite records the detected kernel per cell as :data:`KERNEL_CODES` (``track_kernel``), so
 the results carry it.
@@ -57,7 +57,7 @@ def expected_kernel(config: AttentionConfig) -> str:
     is active in training (then math). On CUDA the rules of torch's dispatcher are
     approximated conservatively: flash for 16-bit, unmasked MHA or GQA with head width a
     multiple of 8 up to 256; efficient for other MHA with a multiple-of-8 head width;
-    math otherwise (float32 GQA, head width 4, ...). What ran: ``measure.kernel_detect``.
+    math otherwise (float32 GQA, head width 4, ...). What ran: ``measure.profiler.kernel_detect``.
     """
     if not library_call(config):
         return own_kernel(config)

@@ -6,8 +6,8 @@ So this driver:
 
 1. rebuilds ``.git`` from the bundle's ``mhabench.bundle`` when the copied tree has none
    (asv resolves the commit and its date through git);
-2. runs the preflight (:mod:`mhabench.measure.machine`): torch sees CUDA, JAX lists a GPU, flax
-   and asv import, the commit resolves; prints each fact and stops with one line if not;
+2. runs the preflight (:mod:`mhabench.measure.conditions.machine`): torch sees CUDA, JAX lists a
+   GPU, flax and asv import, the commit resolves; prints each fact and stops with one line if not;
 3. runs one ``asv run`` per benchmark class, calibration first, then Exercise 6.4, then the
    other questions, each only if its estimated time fits the budget left (asv saves a
    class's results when its run ends, so a run cut short loses only that class);
@@ -44,8 +44,8 @@ from mhabench.device.plan import (
     schedule,
     units,
 )
-from mhabench.measure import machine
-from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
+from mhabench.measure.conditions import machine
+from mhabench.measure.conditions.machine_load import FOLDER as LOAD_FOLDER
 
 # Classes run in this order (a module's classes keep their order within it); modules
 # not named here come after, alphabetically.

@@ -38,7 +38,7 @@ def measure_interleaved(configs: Sequence[AttentionConfig], rounds: int = 5,
     """``rounds`` x ``repeats`` timings per config, visited round-robin; one
     :class:`Measurement` per config that could be prepared. A config whose build raises
     ValueError (UnavailableError included) is passed to ``on_error`` (or re-raised) and
-    left out. ``probe`` (e.g. :func:`mhabench.measure.speed.probe`) is read right after
+    left out. ``probe`` (e.g. :func:`mhabench.measure.conditions.speed.probe`) is read right after
     each visit's timed calls, and kept beside each of them (``Measurement.probes_s``)."""
     for name, value in (("rounds", rounds), ("repeats", repeats)):
         if value < 1:

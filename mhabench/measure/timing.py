@@ -24,7 +24,7 @@ from mhabench.core.config import AttentionConfig, UnavailableError, framework_in
 from mhabench.core.cost import cost
 from mhabench.measure import cache_flush
 from mhabench.measure.allocator import retain_freed_memory, warm_until_settled
-from mhabench.measure.speed import slowdown
+from mhabench.measure.conditions.speed import slowdown
 
 DEFAULT_THREADS = 1  # the stable regression baseline on shared 2-core machines
 # Default working-set budget: this share of the device's memory (16 GiB of a 24 GiB CPU
@@ -224,7 +224,7 @@ class Measurement:
     config: AttentionConfig
     times_s: tuple[float, ...]
     threads: int
-    # the machine's speed probe (mhabench.measure.speed) read beside each timing, where
+    # the machine's speed probe (mhabench.measure.conditions.speed) read beside each timing, where
     # the timer read one (measure_interleaved's ``probe``); empty otherwise
     probes_s: tuple[float, ...] = ()
 
@@ -252,7 +252,7 @@ class Measurement:
 
     def at_fast_speed(self, reference_s: float) -> Measurement:
         """Each timing divided by the slowdown its probe read against the machine's quick
-        reading ``reference_s`` (:func:`mhabench.measure.speed.slowdown`); the same
+        reading ``reference_s`` (:func:`mhabench.measure.conditions.speed.slowdown`); the same
         measurement where no probe was read."""
         if not self.probes_s:
             return self

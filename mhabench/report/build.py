@@ -18,57 +18,55 @@ from typing import Any
 
 import pandas as pd
 
-from mhabench.report import (
-    findings,
-    sections_compare,
-    sections_gpu,
-    sections_history,
-    sections_memory,
-    sections_model,
-    sections_models,
-    sections_overview,
-    sections_profile,
-    sections_releases,
-    sections_validation,
-    sections_versions,
-)
+from mhabench.report import findings
 from mhabench.report.context import Context
-from mhabench.report.palette import Palette
+from mhabench.report.render.palette import Palette
+from mhabench.report.sections import (
+    compare,
+    gpu,
+    memory,
+    model,
+    models,
+    overview,
+    profile,
+    validation,
+)
+from mhabench.report.sections.changes import history, releases, versions
 from mhabench.report.types import Report, Section
 
 # asv compare / continuous flag a change when new/old passes this factor (asv's default).
 DEFAULT_THRESHOLD = 1.1
 # (id, title, builder) of every section, in page order; ids are HTML anchors and CSV prefixes.
 SECTIONS: tuple[tuple[str, str, Callable[[Context], Section]], ...] = (
-    ("machine", "Machine and calibration", sections_overview.machine_section),
+    ("machine", "Machine and calibration", overview.machine_section),
     ("exercise-6-4", "Exercise 6.4: time against the head count h",
-     sections_overview.exercise_section),
+     overview.exercise_section),
     ("measured-vs-model", "Measured time against the FLOP model",
-     sections_overview.model_section),
-    ("gpu-peak", "GPU kernels against the peak", sections_gpu.gpu_section),
-    ("kernels", "The attention kernel each fused cell ran", sections_memory.kernels_section),
+     overview.model_section),
+    ("gpu-peak", "GPU kernels against the peak", gpu.gpu_section),
+    ("kernels", "The attention kernel each fused cell ran", memory.kernels_section),
     ("memory", "Memory: the model against the step's measured memory",
-     sections_memory.memory_section),
+     memory.memory_section),
     ("per-head-decomposition", "Per-head overhead: what grows with h",
-     sections_model.decomposition_section),
+     model.decomposition_section),
     ("time-model", "Calibrated time model and its leave-out accuracy",
-     sections_model.timemodel_section),
+     model.timemodel_section),
     ("validation", "The time model on random configs off the grid",
-     sections_validation.validation_section),
-    ("scaling", "Scaling in n and d", sections_compare.scaling_section),
-    ("self-vs-cross", "Self- against cross-attention", sections_compare.cross_section),
-    ("mha-gqa-mqa", "MHA against GQA and MQA", sections_compare.variants_section),
-    ("decoding", "Decoding with and without caches", sections_compare.decoding_section),
-    ("forward-backward", "Forward against forward + backward", sections_compare.train_section),
-    ("torch-vs-jax", "PyTorch against JAX", sections_compare.frameworks_section),
-    (sections_models.SECTION_ID, "Models", sections_models.models_section),
-    ("regressions", "Regressions across commits (time)", sections_history.regressions_section),
+     validation.validation_section),
+    ("scaling", "Scaling in n and d", compare.scaling_section),
+    ("self-vs-cross", "Self- against cross-attention", compare.cross_section),
+    ("mha-gqa-mqa", "MHA against GQA and MQA", compare.variants_section),
+    ("decoding", "Decoding with and without caches", compare.decoding_section),
+    ("forward-backward", "Forward against forward + backward", compare.train_section),
+    ("torch-vs-jax", "PyTorch against JAX", compare.frameworks_section),
+    (models.SECTION_ID, "Models", models.models_section),
+    ("regressions", "Regressions across commits (time)", history.regressions_section),
     ("memory-and-track", "Memory and track_ values across commits",
-     sections_history.values_section),
-    ("versions", "Versions side by side", sections_versions.versions_section),
-    (sections_releases.SECTION_ID, "Across releases", sections_releases.releases_section),
-    ("machines", "Machines side by side", sections_compare.machines_section),
-    ("profile", "Profile breakdown by region", sections_profile.profile_section),
+     history.values_section),
+    ("versions", "Versions side by side", versions.versions_section),
+    (releases.SECTION_ID, "Across releases", releases.releases_section),
+    ("machines", "Machines side by side", compare.machines_section),
+    ("profile", "Profile breakdown by region", profile.profile_section),
 )
 FINDINGS = ("findings", "Findings")  # built from the sections below, shown above them
 SECTION_IDS = (FINDINGS[0], *(sid for sid, _, _ in SECTIONS))
@@ -88,16 +86,21 @@ def build_report(results: Any, traces: pd.DataFrame | None = None,
 
     ``repo``: the git repository whose history orders the commits (else the dates asv
     recorded); ``validations``: the files ``mhabench validate --save`` wrote, for its section;
-    ``load_dir``: the machine-load records (``mhabench.measure.machine_load``); ``confirm_dir``:
-    the verdicts of ``mhabench confirm``. Both default to their folders beside the results
-    (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
+    ``load_dir``: the machine-load records (``mhabench.measure.conditions.machine_load``);
+    ``confirm_dir``: the verdicts of ``mhabench confirm``. Both default to their folders beside the
+    results (``.asv/load`` and ``.asv/confirm`` for ``.asv/results``).
     """
-    from mhabench.analysis.confirmations import load_confirmations
     from mhabench.analysis.fast_speed import beside_results
-    from mhabench.analysis.regressions import commit_order
-    from mhabench.analysis.timemodel import fit_models, groups, timing_cells, underdetermined
-    from mhabench.measure.machine_load import FOLDER as LOAD_FOLDER
-    from mhabench.measure.machine_load import read_records
+    from mhabench.analysis.history.confirmations import load_confirmations
+    from mhabench.analysis.history.regressions import commit_order
+    from mhabench.analysis.prediction.timemodel import (
+        fit_models,
+        groups,
+        timing_cells,
+        underdetermined,
+    )
+    from mhabench.measure.conditions.machine_load import FOLDER as LOAD_FOLDER
+    from mhabench.measure.conditions.machine_load import read_records
 
     log(f"{len(results.frame)} result rows from {results.root}; fitting time models")
     order = commit_order(results.frame, repo)
@@ -165,9 +168,9 @@ def write_report(report: Report, out: str | Path) -> dict[str, Path]:
     """Write the HTML page, the Markdown export and the CSV tables (every row of every
     table; the pages show a per-cell table's worst rows and link its CSV); returns their
     paths."""
-    from mhabench.report.excerpt import csv_name
-    from mhabench.report.html import render_html
-    from mhabench.report.markdown import render_markdown
+    from mhabench.report.render.excerpt import csv_name
+    from mhabench.report.render.html import render_html
+    from mhabench.report.render.markdown import render_markdown
 
     paths = check_outputs(out, report.results_root)
     paths["html"].parent.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mhabench.analysis.regressions import Order
+from mhabench.analysis.history.regressions import Order
+from mhabench.analysis.prediction.timemodel import GROUP_KEY, Key, TimeModel
 from mhabench.analysis.results import Results, calibration_table
-from mhabench.analysis.timemodel import GROUP_KEY, Key, TimeModel
 from mhabench.analysis.tracks import kernel_table
 from mhabench.core.grids import CHAPTER_SHAPE
 from mhabench.report.types import Plot

@@ -11,16 +11,17 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from mhabench.analysis.regressions import CONFIRMED_VERDICTS
-from mhabench.analysis.releases import finding as releases_finding
-from mhabench.analysis.validation_samples import newest, pooled_tail, tail_line
-from mhabench.analysis.versions import finding
+from mhabench.analysis.comparisons.releases import finding as releases_finding
+from mhabench.analysis.comparisons.versions import finding
+from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.prediction.validation_samples import newest, pooled_tail, tail_line
 from mhabench.core.backends import BUILTIN
 from mhabench.core.cost import TRAIN_FACTOR
-from mhabench.report import sections_models, sections_releases
 from mhabench.report.context import CONFIG_KEY, Context
-from mhabench.report.palette import FRAMEWORK_NAMES
-from mhabench.report.sections_compare import best_backends
+from mhabench.report.render.palette import FRAMEWORK_NAMES
+from mhabench.report.sections import models as sections_models
+from mhabench.report.sections.changes import releases as sections_releases
+from mhabench.report.sections.compare import best_backends
 from mhabench.report.types import Finding, Section
 
 Answer = Callable[[Context, dict[str, Section], str], str | None]

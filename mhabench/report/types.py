@@ -22,7 +22,8 @@ class Table:
     every row. A ``detail`` table has a row per cell (or pair of cells), so it grows with
     the grid: the pages show its worst rows, ranked by column ``rank`` in ``rank_order``
     (:data:`RANK_ORDERS`; its first rows where ``rank`` is None), and link the CSV for the
-    rest (:mod:`mhabench.report.excerpt`). The others are a section's summary, shown whole."""
+    rest (:mod:`mhabench.report.render.excerpt`). The others are a section's summary, shown
+    whole."""
 
     name: str
     title: str
@@ -54,7 +55,7 @@ class Plot:
     faint (e.g. every sample behind a median line), ``xticks`` labels x = 0, 1, ...
     (e.g. commit hashes), ``marks`` draws a dashed vertical line at each x, and ``small``
     makes a thumbnail-sized figure. ``styles`` gives each series its (colour, marker),
-    filled from the report's palette (:mod:`mhabench.report.palette`) before rendering.
+    filled from the report's palette (:mod:`mhabench.report.render.palette`) before rendering.
 
     ``facets`` makes the plot small multiples: each facet (a plot with its own title, axes
     and series; ``small`` ones in more columns) is a panel of one figure, under one legend

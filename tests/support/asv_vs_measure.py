@@ -5,7 +5,7 @@ sample, its ``repeat``/``warmup_time``/``number`` settings. This module runs tha
 (``asv_runner.discovery.get_benchmark_from_name``, ``do_setup``/``do_run``) and
 :func:`mhabench.measure.timing.measure` on the same cell in one process, alternating them over a
 few rounds, so the drift of a shared machine hits both alike; the medians are compared.
-A slow stretch of the VM (``mhabench.measure.speed``) can still land on one side of a
+A slow stretch of the VM (``mhabench.measure.conditions.speed``) can still land on one side of a
 round only (a JAX fused cell once read 0.76x in a CI-clone run): each side's samples are
 read between speed probes, and only the rounds whose two sides ran at the same speed (within
 10 %) are compared (``ratio``; ``ratio_as_read``: all rounds). A leak into asv's clock
@@ -48,7 +48,7 @@ def compare(name: str, index: int, rounds: int) -> dict:
     from asv_runner.discovery import get_benchmark_from_name
 
     from mhabench.bench.methods import WARMUP
-    from mhabench.measure.speed import probe, slowdown
+    from mhabench.measure.conditions.speed import probe, slowdown
     from mhabench.measure.timing import measure
 
     # (samples, probe before, probe after) of each side, each round

@@ -28,7 +28,7 @@ from mhabench.core.backends import KEY_BLOCK
 # Keys per tile, clamped to m; read at trace time (tests change it). At b=2, n=1024, d=256,
 # h=8 on a 1-thread CPU, 64 beat 128 and 256 in 4 interleaved runs (by 3-18%); 32 and 512,
 # timed once, were within noise of it. Smaller tiles also hold less. The time model counts
-# the padded scores with the same size (mhabench.analysis.features).
+# the padded scores with the same size (mhabench.analysis.prediction.features).
 BLOCK = KEY_BLOCK
 MASK_VALUE = -1e6  # as the reference's masked_softmax: masked scores stay finite
 F32 = jnp.float32
