@@ -7,9 +7,10 @@ its baseline; where mhabench comes from is pinned; the report's finding names th
 against its baseline and the commit its cells shifted at.
 
 Slow (``timing``): a scratch repository of the test plug-in over four commits, the third
-writing the softmax out in float64 in five passes over the attention weights (its cells
-1.45-1.75x slower), timed by ``asv run`` at each commit after ``mhabench init``: the gate
-between the second and third commits flags the plug-in's cells and none of the baseline's,
+writing the softmax out in float64 in five passes over the attention weights (its quick
+GQA/MQA cells about 2.5x slower), timed by ``asv run`` at each commit after ``mhabench init
+--grid quick``: the gate between the second and third commits flags the plug-in's cell and
+not the baseline's,
 and the report lists the shift at the third commit and no other shift that holds
 (``mhabench confirm`` on a real history: tests/test_history_real.py).
 """
@@ -231,11 +232,14 @@ def test_the_report_names_the_plugin_against_its_baseline(tmp_path: Path) -> Non
 
 
 # ----- end to end ----------------------------------------------------------------------------
-# The plug-in's and the baseline's time cells of the head sweep and GQA/MQA (5 each on the
-# tiny grid, sub-millisecond steps; forward/train and decode, 4 more each, add CI time, and
-# a decode step spends too little of its time in the map to slow 1.5x).
-BENCHES = r"^bench_mhabench\.(HeadsAtFixedWidth|MhaGqaMqa)\.time_step"
-MINE = 5
+# The plug-in's and the baseline's GQA/MQA time cells of the quick grid (b2 n512 d256, 16
+# query heads over 16, 4 and 1 key/value heads; 20-70 ms a step): one process a commit in
+# asv run, so a cell must scatter well under the plant. The tiny grid's sub-millisecond
+# cells run 2x apart from one process to the next on this VM, as large as the plant (float64:
+# 1.45-1.75x there, about 2.5x here). The gate, 16-40 processes a cell, takes the kv 4 pair.
+BENCHES = r"^bench_mhabench\.MhaGqaMqa\.time_step"
+GATE_CELLS = r"^bench_mhabench\.MhaGqaMqa\.time_step\('torch', '\w+', 2, 512, 256, 16, 4, "
+MINE = 3
 PLANTED_AT = 2  # the third of the four commits
 
 
@@ -247,7 +251,7 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     wheel = mhabench_wheel(tmp_path)
     seconds = {}  # each user command's time here, printed for the docs
     start = time.monotonic()
-    done = mhabench(repo, "init", "--grid", "tiny", "--mhabench", str(wheel))
+    done = mhabench(repo, "init", "--grid", "quick", "--mhabench", str(wheel))
     seconds["init"] = time.monotonic() - start
     assert done.returncode == 0, done.stderr
     borrow_frameworks(repo, tmp_path)
@@ -291,13 +295,13 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     assert f"x at {at[:8]} (" in finding, finding
 
     start = time.monotonic()
-    gate = mhabench(repo, "gate", "--machine", "pytest-machine", "-b", BENCHES, commits[1], at,
+    gate = mhabench(repo, "gate", "--machine", "pytest-machine", "-b", GATE_CELLS, commits[1], at,
                     env=env, timeout=3000)
     seconds["gate"] = time.monotonic() - start
     print(gate.stdout)
     assert gate.returncode == 1, (gate.stdout + gate.stderr)[-3000:]
     slower = [line for line in gate.stdout.splitlines() if line.startswith("SLOWER")]
-    assert len([c for c in slower if f"'{PLUGIN}'" in c]) == MINE, gate.stdout
+    assert len([c for c in slower if f"'{PLUGIN}'" in c]) == 1, gate.stdout
     assert not [c for c in slower if "'fused'" in c], gate.stdout
     assert "FAILED" not in gate.stdout
 

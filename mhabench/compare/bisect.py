@@ -4,9 +4,9 @@
 
 1. **Ends**: times GOOD and BAD in interleaved rounds of fresh processes, as the gate does
    (:func:`ends`): a screen of :data:`FIRST_ROUNDS` rounds passes on each cell whose ratio
-   leans past the gate's factor, and fresh rounds, :data:`MORE_ROUNDS` at a time up to
-   :data:`MAX_ROUNDS`, confirm it changed the same way (interval clear of 1, past the
-   factor) or clear it. No confirmed cell: "no change".
+   leans past the gate's factor, and fresh rounds, :data:`CULPRIT_ROUNDS` first, then
+   :data:`MORE_ROUNDS` at a time up to :data:`MAX_ROUNDS`, confirm it changed the same
+   way (interval clear of 1, past the factor) or clear it. No confirmed cell: "no change".
 2. **Probes**: a stretch of commits whose ends differ on some cells is cut at its middle,
    and the three commits are timed together in interleaved rounds (:func:`probe`). For each
    cell, a half whose own ends are confirmed changed holds a change; where one half holds
@@ -147,7 +147,9 @@ class Bisect:
             result = compared(timed, cell, good, bad)
             if result is not None and lean(result):
                 leaning[cell] = lean(result)
-        return self._confirm("ends-confirm", good, bad, leaning, self.batch)[0]
+        # two batches at least, as for a culprit: on one batch of fresh processes the
+        # machine's slow mode landing on one side three times in four read 0.78x
+        return self._confirm("ends-confirm", good, bad, leaning, self.culprit_rounds)[0]
 
     def _confirm(self, name: str, a: str, b: str, ways: dict[str, str], least: int
                  ) -> tuple[dict[str, Comparison], dict[str, Comparison]]:
