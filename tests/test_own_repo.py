@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from support.own_repo import borrow_frameworks, mhabench_wheel, plugin_checkout
-from support.plugin_package import write_module
+from support.plugin_package import MODULE, write_module
 from support.scratch import ASV, ROOT, commit_all, git
 
 from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
@@ -233,14 +233,17 @@ def test_the_report_names_the_plugin_against_its_baseline(tmp_path: Path) -> Non
 
 # ----- end to end ----------------------------------------------------------------------------
 # The plug-in's and the baseline's GQA/MQA time cells of the quick grid (b2 n512 d256, 16
-# query heads over 16, 4 and 1 key/value heads; 20-70 ms a step): one process a commit in
-# asv run, so a cell must scatter well under the plant. The tiny grid's sub-millisecond
-# cells run 2x apart from one process to the next on this VM, as large as the plant (float64:
-# 1.45-1.75x there, about 2.5x here). The gate, 16-40 processes a cell, takes the kv 4 pair.
-BENCHES = r"^bench_mhabench\.MhaGqaMqa\.time_step"
+# query heads over 16, 4 and 1 key/value heads; 20-70 ms a step), and the baseline's head
+# sweep beside them: one process a commit in asv run, so a cell must scatter well under the
+# plant (float64: about 2.5x here). With the plug-in's cells a third of the run and three
+# commits either side of the plant, a whole run that moves (up to 1.5x from one asv run to
+# the next on this VM) is told from the plug-in's shift; with half the cells planted and
+# two commits a side, it once was not. The gate, 16-40 processes a cell, takes the kv 4 pair.
+BENCHES = (r"^bench_mhabench\.(MhaGqaMqa\.time_step"
+           r"|HeadsAtFixedWidth\.time_step\('torch', 'fused')")
 GATE_CELLS = r"^bench_mhabench\.MhaGqaMqa\.time_step\('torch', '\w+', 2, 512, 256, 16, 4, "
 MINE = 3
-PLANTED_AT = 2  # the third of the four commits
+PLANTED_AT = 3  # the fourth of six commits
 
 
 @pytest.mark.slow
@@ -259,10 +262,15 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
     commits = [commit_all(repo, "mhabench init")]
     (repo / "README.md").write_text("mysdpa\n")
     commits.append(commit_all(repo, "a README: no code change"))
+    module = repo / f"{MODULE}.py"
+    module.write_text(module.read_text() + "# a comment: no code change\n")
+    commits.append(commit_all(repo, "a comment: no code change"))
     write_module(repo, "1.1", written_out=True, float64=True)
     commits.append(commit_all(repo, "the softmax written out in float64, masked rows guarded"))
-    (repo / "README.md").write_text("mysdpa, scaled dot-product attention\n")
-    commits.append(commit_all(repo, "README: no code change"))
+    for text in ("mysdpa, scaled dot-product attention\n", "mysdpa: attention\n"):
+        (repo / "README.md").write_text(text)
+        commits.append(commit_all(repo, "README: no code change"))
+    assert len(commits) == 6 and PLANTED_AT == 3
     (tmp_path / "commits.txt").write_text("\n".join(commits) + "\n")
     env = {**asv_home, "MHABENCH_PREIMPORT": "torch"}
     start = time.monotonic()
@@ -270,7 +278,7 @@ def test_a_plugin_repo_is_gated_and_reported_across_its_own_commits(tmp_path: Pa
                           "--show-stderr", "-b", BENCHES, f"HASHFILE:{tmp_path / 'commits.txt'}"],
                          cwd=repo, env={**os.environ, **env, "PYTHONPATH": ""},
                          capture_output=True, text=True, timeout=1800)
-    seconds["asv run (4 commits)"] = time.monotonic() - start
+    seconds["asv run (6 commits)"] = time.monotonic() - start
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     at = commits[PLANTED_AT]
 
