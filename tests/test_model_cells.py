@@ -5,13 +5,20 @@ expected figure computed here by hand from the models' published shapes)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from fixtures.synthetic_asv import write_benchmarks
 
-from mhabench.analysis.model_cells import BY_BYTES, BY_MODEL, TERM_GROUPS, decode_shares
+from mhabench.analysis.model_cells import (
+    BY_BYTES,
+    BY_MODEL,
+    TERM_GROUPS,
+    decode_shares,
+    widths_beyond,
+)
 from mhabench.analysis.prediction.features import FEATURES
 from mhabench.analysis.prediction.timemodel import TimeModel
 from mhabench.analysis.results import load_results
@@ -166,6 +173,24 @@ def test_a_fitted_time_model_splits_a_decode_step_by_its_terms() -> None:
     long = config.replace(m=65536)
     shares, source = decode_shares(long, None)
     assert source == BY_BYTES and shares["KV cache read"] > 50  # 512 MiB against 160 MiB
+
+
+def test_a_time_model_fitted_on_narrower_cells_gives_way_to_the_bytes_read() -> None:
+    """A model whose cells stop at d = 256 (the chapter's grids) learnt its byte terms from
+    weights that stay in cache: at Llama's d = 4096 the bound is the bytes read; inside its
+    ranges the model's own split."""
+    coef = dict.fromkeys(FEATURES, 0.0) | {"kv": 4e-10, "const": 1e-3}
+    narrow = TimeModel(("m", "torch", "fused", "cpu", "float32"), coef, None, None, 10, 1.0,
+                       0.0, True, 0.0, ranges={"d": (64, 256), "m": (512, 4096)})
+    config = AttentionConfig(framework="torch", backend="fused", mode="decode", batch=1, n=1,
+                             m=4096, **model_shape("llama-3.1-8b").fields())
+    assert widths_beyond(narrow, config) == ["d=4096 > 256"]
+    shares, source = decode_shares(config, narrow)
+    assert source == BY_BYTES and shares["projection weights"] > 50  # 160 MiB against 32
+    wide = replace(narrow, ranges={"d": (64, 8192), "m": (512, 4096)})
+    shares, source = decode_shares(config, wide)
+    assert source == BY_MODEL and shares["KV cache read"] > 50  # the model's own split
+    assert widths_beyond(wide, config.replace(m=8192)) == ["m=8192 > 4096"]
 
 
 def test_the_findings_line_names_each_models_fastest_steps(

@@ -39,6 +39,10 @@ TERM_GROUPS: dict[str, tuple[str, ...]] = {
 }
 BY_BYTES = "bytes read"  # the source of a bound where no time model was fitted
 BY_MODEL = "time model"
+# The fields that set how many bytes a decode step reads. A time model fitted on cells
+# narrower than the step learnt its byte terms from cache-resident weights and caches:
+# beyond them it under-predicts, so its split is not a bound (docs/models.md).
+BYTES_FIELDS = ("d", "heads", "kv_heads", "m")
 SHARES = [f"share {g}" for g in TERM_GROUPS]  # percent of a decode step's time
 DECODE_COLUMNS = ["weights_mib", "kv_read_mib", "bound", "bound_source", *SHARES]
 COLUMNS = ["machine", "model", "framework", "backend", "device", "dtype", "step", "length",
@@ -68,9 +72,10 @@ def projections_share(config: AttentionConfig) -> float:
 def decode_shares(config: AttentionConfig, model: TimeModel | None
                   ) -> tuple[dict[str, float], str]:
     """Each of :data:`TERM_GROUPS`' percent of a decode step's time and where it comes
-    from: ``model``'s terms, or without one the bytes the step reads (projection weights
-    against the KV cache as its backend lays it out; the other groups NaN)."""
-    if model is not None:
+    from: ``model``'s terms where it was fitted on cells as wide as the step
+    (:data:`BYTES_FIELDS`), else the bytes the step reads (projection weights against the
+    KV cache as its backend lays it out; the other groups NaN)."""
+    if model is not None and not widths_beyond(model, config):
         terms = model.terms(config)
         total = sum(terms.values())
         if total > 0:
@@ -82,6 +87,17 @@ def decode_shares(config: AttentionConfig, model: TimeModel | None
     shares.update({"projection weights": 100.0 * weights / (weights + kv),
                    "KV cache read": 100.0 * kv / (weights + kv)})
     return shares, BY_BYTES
+
+
+def widths_beyond(model: TimeModel, config: AttentionConfig) -> list[str]:
+    """Each of :data:`BYTES_FIELDS` where ``config`` lies beyond ``model``'s fitted cells,
+    as ``d=4096 > 256``."""
+    out = []
+    for name in BYTES_FIELDS:
+        value, (_, hi) = getattr(config, name), model.ranges.get(name, (0, float("inf")))
+        if value > hi:
+            out.append(f"{name}={value} > {hi}")
+    return out
 
 
 def model_rows(frame: pd.DataFrame, models: Mapping[Key, TimeModel],

@@ -90,8 +90,10 @@ def models_section(ctx: Context) -> Section:
         "the attention part). A decode step is bound by the largest group of the time "
         "model's terms for its framework and backend (projection weights, KV cache read, "
         "the map, FLOPs, per call and head: 'bound from' time model), or where no time "
-        "model was fitted by the larger of the bytes it reads, the weights or the KV cache "
-        "('bound from' bytes read).")
+        "model was fitted, or it was fitted on narrower cells than the step (d, heads, "
+        "kv heads or cache length beyond them: its byte terms were learnt from weights and "
+        "caches that stay in the CPU's caches), by the larger of the bytes it reads, the "
+        "weights or the KV cache ('bound from' bytes read).")
     return section
 
 
