@@ -68,6 +68,26 @@ def test_a_side_is_pins_and_local_packages(tmp_path: Path) -> None:
     assert side_include(conf, parse_side("new", str(package)))["env"][LOCAL_VAR] != before
 
 
+def test_a_set_leaves_out_the_framework_its_cells_do_not_name() -> None:
+    """JAX cells alone: the sets' environments hold no torch (a pinned package stays);
+    cells of both frameworks, or a -b that names neither, keep every requirement."""
+    from mhabench.compare.dependency_sets import unused_packages
+
+    jax_only = [GQA.format(framework="jax", backend="fused")]
+    assert unused_packages(jax_only) == ("torch",)
+    assert unused_packages([GQA.format(framework="torch", backend="(fused|mysdpa)")]) == (
+        "jax", "jaxlib", "flax")
+    assert unused_packages(["^bench_heads"]) == ()
+    assert unused_packages([*jax_only, GQA.format(framework="torch", backend="fused")]) == ()
+    conf = {"matrix": {"req": {"torch": ["2.13.0"], "jax": ["0.10.2"], "jaxlib": ["0.10.2"],
+                               "flax": ["0.12.8"], "numpy": ["2.4.6"]}}}
+    entry = side_include(conf, parse_side("new", EARLIER_JAX), unused_packages(jax_only))
+    assert entry["req"] == {"jax": "0.10.1", "jaxlib": "0.10.1", "flax": "0.12.8",
+                            "numpy": "2.4.6"}
+    pinned = side_include(conf, parse_side("new", "torch==2.12.0"), ("torch",))
+    assert pinned["req"]["torch"] == "2.12.0"
+
+
 @pytest.mark.parametrize("text, message", [
     ("jax>=0.9", "neither NAME==VERSION nor an existing wheel"),
     ("jax==0.9.2 jax==0.10.2", "jax is pinned twice"),

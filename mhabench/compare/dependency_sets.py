@@ -55,6 +55,18 @@ KERNEL_VAR = "MHABENCH_KERNELS"  # mhabench.bench.axes records track_kernel when
 COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
 # Read back from every environment besides a set's own pins.
 FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "flax")
+# What each framework's cells need installed: a set's environment leaves out the packages
+# of a framework that no selected cell names (a JAX sweep builds no torch: 0.7 GB and half
+# a minute an environment).
+FRAMEWORK_REQUIREMENTS = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
+
+
+def unused_packages(benches: Sequence[str]) -> tuple[str, ...]:
+    """The framework packages none of ``benches`` (asv -b regexes) needs: those of the
+    frameworks :func:`~mhabench.compare.rounds.preimport` leaves out."""
+    needed = preimport(benches)
+    return tuple(p for framework, packages in FRAMEWORK_REQUIREMENTS.items()
+                 if framework not in needed for p in packages)
 
 
 def kernel_cell(cell: str) -> str | None:
@@ -80,6 +92,7 @@ class DependencySets:
         self.folder = Path(folder).resolve()
         self.results = self.folder / "results"
         self.benches = list(benches)
+        self.leave_out = unused_packages(self.benches)
         self.grid, self.machine, self.echo = grid, machine, echo
         self.commit = subprocess.run(["git", "-C", str(self.root), "rev-parse", "HEAD"],
                                      capture_output=True, text=True, check=True).stdout.strip()
@@ -120,7 +133,8 @@ class DependencySets:
             return
         side = self.sides[label]
         self.folder.mkdir(parents=True, exist_ok=True)
-        config = versions_config(self.root, self.folder, [side], f"build-{label}")
+        config = versions_config(self.root, self.folder, [side], f"build-{label}",
+                                 self.leave_out)
         env = environments(config)[label]
         code, log = self.run(config, ["--bench", "just-discover"])
         if code != 0 or not (self.results / "benchmarks.json").is_file():
@@ -131,7 +145,8 @@ class DependencySets:
             raise SideError(f"{side.name} ({side.describe()}) failed to install: "
                             + (errors[-1] if errors else log.strip()[-300:]))
         python = Path(env._path) / "bin" / "python"
-        have = installed_versions(python, sorted({*side.pins, *FRAMEWORK_PACKAGES}))
+        have = installed_versions(python, sorted(
+            {*side.pins, *(p for p in FRAMEWORK_PACKAGES if p not in self.leave_out)}))
         self.versions[label] = have
         wrong = [f"{n} {have.get(n)} instead of {v}" for n, v in side.pins.items()
                  if have.get(n) != v]
@@ -161,8 +176,8 @@ class DependencySets:
         """Two configs in ``folder`` that run the sets of ``labels``: in their order, and
         reversed (asv runs a round's environments in the config's order)."""
         sides = [self.sides[label] for label in labels]
-        return (versions_config(self.root, folder, sides, names[0]),
-                versions_config(self.root, folder, sides[::-1], names[1]))
+        return (versions_config(self.root, folder, sides, names[0], self.leave_out),
+                versions_config(self.root, folder, sides[::-1], names[1], self.leave_out))
 
     # -- timing --------------------------------------------------------------------------
     def rounds(self, configs: tuple[Path, Path], labels: Sequence[str],
@@ -267,7 +282,7 @@ class DependencySets:
 
         labels = self.built(points)
         config = versions_config(self.root, Path(folder), [self.sides[p] for p in labels],
-                                 "forward")
+                                 "forward", self.leave_out)
         values = self.readings(config, labels, benches, Path(folder) / "results")
         out: dict[str, dict[str, str | None]] = {}
         for label, cells in values.items():

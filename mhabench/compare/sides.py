@@ -257,9 +257,11 @@ def check_on_index(side: Side, installed: dict[str, str],
                             + (" ..." if len(versions) > 10 else ""))
 
 
-def side_include(conf: dict[str, Any], side: Side) -> dict[str, Any]:
+def side_include(conf: dict[str, Any], side: Side, leave_out: Sequence[str] = ()
+                 ) -> dict[str, Any]:
     """asv's ``include`` entry that builds ``side``: the project's requirements, one version
-    each, with the side's pins swapped in, and the side's environment variables."""
+    each, but those named in ``leave_out`` (canonical names) that the side does not pin,
+    with the side's pins swapped in, and the side's environment variables."""
     matrix = dict(conf.get("matrix") or {})
     if not any(k in matrix for k in ("req", "env", "env_nobuild")):
         matrix = {"req": matrix}  # asv's old style: the whole matrix is requirements
@@ -273,6 +275,9 @@ def side_include(conf: dict[str, Any], side: Side) -> dict[str, Any]:
                 raise SideError(f"asv.conf.json's matrix gives {name} {len(values)} values; "
                                 "a versions comparison needs one each")
             entry[kind][name] = values[0]
+    pinned = {canonical(k) for k in side.pins}
+    entry["req"] = {k: v for k, v in entry["req"].items()
+                    if canonical(k) not in leave_out or canonical(k) in pinned}
     by_canonical = {canonical(k): k for k in entry["req"]}
     for name, version in side.pins.items():
         entry["req"][by_canonical.get(name, name)] = version
@@ -299,11 +304,13 @@ if paths:
 """
 
 
-def versions_config(root: Path, folder: Path, sides: list[Side], name: str) -> Path:
+def versions_config(root: Path, folder: Path, sides: list[Side], name: str,
+                    leave_out: Sequence[str] = ()) -> Path:
     """Write ``folder/<name>/asv.conf.json``: the project's config with one environment per
-    side, in the order of ``sides`` (asv runs a round's environments in this order), and
-    results in ``folder/results``. Local packages are installed after the project, by a
-    script that looks up the environment's name."""
+    side (without the requirements in ``leave_out``, :func:`side_include`), in the order of
+    ``sides`` (asv runs a round's environments in this order), and results in
+    ``folder/results``. Local packages are installed after the project, by a script that
+    looks up the environment's name."""
     from asv import environment as asv_env
     from asv.config import Config
     from asv.util import load_json
@@ -312,7 +319,7 @@ def versions_config(root: Path, folder: Path, sides: list[Side], name: str) -> P
     for key in ("repo", "benchmark_dir", "env_dir"):
         if key in conf and not Path(conf[key]).is_absolute():
             conf[key] = str((Path(root) / conf[key]).resolve())
-    conf["include"] = [side_include(conf, side) for side in sides]
+    conf["include"] = [side_include(conf, side, leave_out) for side in sides]
     conf["matrix"] = {}
     conf["exclude"] = [{"python": ".*"}]  # the empty matrix's bare environment
     folder = Path(folder).resolve()
