@@ -324,3 +324,22 @@ except ValueError as err:
     assert done.returncode == 0, done.stderr
     assert "causal=True is not allowed with framework='torch', backend='nocausal'" in done.stdout
     assert "takes no causal mask; use" in done.stdout
+
+
+def test_jax_weights_load_through_the_flax_api_of_the_release():
+    """A release sweep reaches Flax releases without ``Variable.set_value`` (0.11, 0.12.0):
+    the layer sets a kernel through it where the class has it, else through the ``value``
+    setter (the older releases' API; the sweep runs those releases for real)."""
+    from mhabench.layers.jax.attention import assign
+
+    class Older:  # Flax 0.11's Variable: a value attribute, no set_value
+        value = None
+
+    class Newer:
+        def set_value(self, value):
+            self.given = value
+
+    old, new = Older(), Newer()
+    assign(old, 3.0)
+    assign(new, 4.0)
+    assert old.value == 3.0 and new.given == 4.0 and not hasattr(new, "value")

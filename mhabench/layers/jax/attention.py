@@ -32,6 +32,19 @@ from flax import nnx
 
 from mhabench.layers.jax.decode import KVCache
 
+# A list of modules as an attribute: nnx.List from Flax 0.12 on (which refuses a plain
+# list there); a plain list before it, which Flax 0.11 walks as a pytree.
+ModuleList = getattr(nnx, "List", list)
+
+
+def assign(variable: nnx.Variable, value: Any) -> None:
+    """Set a Flax variable's array: ``set_value`` where Flax has it (0.12.6 on), else the
+    ``value`` setter (the older releases a release sweep reaches; newer ones deprecate it)."""
+    if hasattr(type(variable), "set_value"):
+        variable.set_value(value)
+    else:
+        variable.value = value
+
 # Named scopes (never nested) label the regions in traces and in the compiled HLO's
 # op_name metadata (free at run time); XLA may still fuse neighbouring regions into one
 # kernel. "cache" is a decode step's write into the KV cache.
@@ -122,10 +135,10 @@ class MultiHeadAttention(nnx.Module):
         # kernel is the concatenation (along its output axis) of its parts, transposed.
         rows = lambda i: slice(i * p, (i + 1) * p)  # noqa: E731 (head i's features)
         if layout == "loop":
-            self.q_heads = nnx.List([lin(d, p) for _ in range(heads)])
-            self.k_heads = nnx.List([lin(d, p) for _ in range(kv_heads)])
-            self.v_heads = nnx.List([lin(d, p) for _ in range(kv_heads)])
-            self.o_heads = nnx.List([lin(p, d) for _ in range(heads)])  # rows i*p...(i+1)*p
+            self.q_heads = ModuleList([lin(d, p) for _ in range(heads)])
+            self.k_heads = ModuleList([lin(d, p) for _ in range(kv_heads)])
+            self.v_heads = ModuleList([lin(d, p) for _ in range(kv_heads)])
+            self.o_heads = ModuleList([lin(p, d) for _ in range(heads)])  # rows i*p...(i+1)*p
             self._parts = [(f"{g}_heads.{i}", [(name, rows(i), axis)])
                            for g, name, axis, count in (("q", "W_q", 0, heads),
                                                         ("k", "W_k", 0, kv_heads),
@@ -159,8 +172,8 @@ class MultiHeadAttention(nnx.Module):
         for path, parts in self._parts:
             kernel = self._kernel(path)
             blocks = [weights[n][s] if axis == 0 else weights[n][:, s] for n, s, axis in parts]
-            kernel.set_value(jnp.asarray(np.concatenate([b.T for b in blocks], axis=1),
-                                         dtype=kernel[...].dtype))
+            assign(kernel, jnp.asarray(np.concatenate([b.T for b in blocks], axis=1),
+                                       dtype=kernel[...].dtype))
 
     def weights(self) -> dict[str, np.ndarray]:
         """The weights in the shared torch layout (float32 numpy): from a model, or from a
@@ -354,7 +367,7 @@ class ReferenceAttention(nnx.Module):
                               (self.mha.key, w["W_k"].T.reshape(d, h, p)),
                               (self.mha.value, w["W_v"].T.reshape(d, h, p)),
                               (self.mha.out, w["W_o"].T.reshape(h, p, d))):
-            layer.kernel.set_value(jnp.asarray(kernel, dtype))
+            assign(layer.kernel, jnp.asarray(kernel, dtype))
 
     def __call__(self, queries, keys, values, valid_lens=None, causal=False):
         if causal:  # the library's own mask (config: never with valid_lens)
