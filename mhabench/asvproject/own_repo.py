@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mhabench.asvproject.asv_config import local_digest
 from mhabench.core import backends
-from mhabench.core.config import FRAMEWORKS
+from mhabench.core.config import FRAMEWORK_PACKAGES, FRAMEWORKS
 from mhabench.core.grids import GRIDS
 
 CONFIG = "asv.conf.json"
@@ -37,8 +37,6 @@ MODULE = Path("benchmarks") / "bench_mhabench.py"
 DEFAULT_BASELINES = ("fused",)
 PIN_VAR = "MHABENCH_PIN"
 ASV_FOLDER = ".asv"  # the written config's env_dir, results_dir and html_dir live in it
-# Which packages pin a framework in the environment (numpy: mhabench's own dependency).
-FRAMEWORK_PACKAGES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
 # The question modules of mhabench.bench and their classes the user's suite reuses.
 REUSED = (("heads", "HeadsAtFixedWidth"), ("gqa", "MhaGqaMqa"), ("train", "ForwardVsTrain"),
           ("decode", "KVCacheDecode"))

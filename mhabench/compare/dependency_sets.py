@@ -50,22 +50,21 @@ from mhabench.compare.sides import (
     project_requirements,
     versions_config,
 )
+from mhabench.core.config import FRAMEWORK_PACKAGES
 
 KERNEL_VAR = "MHABENCH_KERNELS"  # mhabench.bench.axes records track_kernel when set
 COMPILE_BENCH = "bench_compile.CompileTime.track_compile_seconds"
-# Read back from every environment besides a set's own pins.
-FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "flax")
-# What each framework's cells need installed: a set's environment leaves out the packages
-# of a framework that no selected cell names (a JAX sweep builds no torch: 0.7 GB and half
-# a minute an environment).
-FRAMEWORK_REQUIREMENTS = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
+# Read back from every environment besides a set's own pins (those it installed).
+READ_BACK = tuple(p for packages in FRAMEWORK_PACKAGES.values() for p in packages)
 
 
 def unused_packages(benches: Sequence[str]) -> tuple[str, ...]:
     """The framework packages none of ``benches`` (asv -b regexes) needs: those of the
-    frameworks :func:`~mhabench.compare.rounds.preimport` leaves out."""
+    frameworks :func:`~mhabench.compare.rounds.preimport` leaves out. A set's environment
+    leaves them out (a JAX sweep builds no torch: 0.7 GB and half a minute an
+    environment)."""
     needed = preimport(benches)
-    return tuple(p for framework, packages in FRAMEWORK_REQUIREMENTS.items()
+    return tuple(p for framework, packages in FRAMEWORK_PACKAGES.items()
                  if framework not in needed for p in packages)
 
 
@@ -118,6 +117,12 @@ class DependencySets:
     def file(self, label: str, results: Path | None = None) -> Path | None:
         return result_files(results or self.results, self.commit).get(self.env_names[label])
 
+    def config(self, folder: Path, labels: Sequence[str], name: str) -> Path:
+        """``folder/<name>/asv.conf.json`` with the sets of ``labels`` in that order, each
+        without the frameworks no cell of ``-b`` needs (:func:`versions_config`)."""
+        return versions_config(self.root, folder, [self.sides[label] for label in labels],
+                               name, self.leave_out)
+
     # -- building ------------------------------------------------------------------------
     def check(self) -> None:
         """Bad input before anything runs: each pin on the index (raises SideError)."""
@@ -133,8 +138,7 @@ class DependencySets:
             return
         side = self.sides[label]
         self.folder.mkdir(parents=True, exist_ok=True)
-        config = versions_config(self.root, self.folder, [side], f"build-{label}",
-                                 self.leave_out)
+        config = self.config(self.folder, [label], f"build-{label}")
         env = environments(config)[label]
         code, log = self.run(config, ["--bench", "just-discover"])
         if code != 0 or not (self.results / "benchmarks.json").is_file():
@@ -146,7 +150,7 @@ class DependencySets:
                             + (errors[-1] if errors else log.strip()[-300:]))
         python = Path(env._path) / "bin" / "python"
         have = installed_versions(python, sorted(
-            {*side.pins, *(p for p in FRAMEWORK_PACKAGES if p not in self.leave_out)}))
+            {*side.pins, *(p for p in READ_BACK if p not in self.leave_out)}))
         self.versions[label] = have
         wrong = [f"{n} {have.get(n)} instead of {v}" for n, v in side.pins.items()
                  if have.get(n) != v]
@@ -175,9 +179,8 @@ class DependencySets:
                names: tuple[str, str] = ("forward", "reverse")) -> tuple[Path, Path]:
         """Two configs in ``folder`` that run the sets of ``labels``: in their order, and
         reversed (asv runs a round's environments in the config's order)."""
-        sides = [self.sides[label] for label in labels]
-        return (versions_config(self.root, folder, sides, names[0], self.leave_out),
-                versions_config(self.root, folder, sides[::-1], names[1], self.leave_out))
+        return (self.config(folder, labels, names[0]),
+                self.config(folder, labels[::-1], names[1]))
 
     # -- timing --------------------------------------------------------------------------
     def rounds(self, configs: tuple[Path, Path], labels: Sequence[str],
@@ -281,8 +284,7 @@ class DependencySets:
         from mhabench.core.kernel_codes import KERNEL_NAMES
 
         labels = self.built(points)
-        config = versions_config(self.root, Path(folder), [self.sides[p] for p in labels],
-                                 "forward", self.leave_out)
+        config = self.config(Path(folder), labels, "forward")
         values = self.readings(config, labels, benches, Path(folder) / "results")
         out: dict[str, dict[str, str | None]] = {}
         for label, cells in values.items():

@@ -21,6 +21,8 @@ from mhabench.core import backends
 from mhabench.core.grids import CHAPTER_SHAPE, HEAD_SWEEP
 
 FRAMEWORKS = ("torch", "jax")
+# The packages that install each framework (an asv environment's requirements).
+FRAMEWORK_PACKAGES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
 BACKENDS = backends.BUILTIN  # plus the registered plug-ins: backends.names(framework)
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
