@@ -121,6 +121,14 @@ def test_bad_sides_end_in_one_line_and_write_nothing(base: str, message: str) ->
     assert (sorted(folder.iterdir()) if folder.is_dir() else []) == before
 
 
+def test_too_few_rounds_end_in_one_line() -> None:
+    done = _versions("", "jax==0.10.1", "--rounds", "1", "-b", "nothing")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "mhabench versions: error: --rounds 1 is too few: a verdict needs 2 processes a side "
+        "at least (default 8)"], done.stderr
+
+
 # -- compile time: run where -b selects it, read without a verdict -------------------------
 GQA_PARAMS = [["'jax'"], ["'fused'"], ["2"], ["512"], ["256"], ["16"], ["4"], ["'cpu'"],
               ["'float32'"], ["1"]]
@@ -198,7 +206,7 @@ def _compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, benches: list[str
     monkeypatch.setattr(Comparison, "run", lambda self: summary)
     monkeypatch.chdir(repo)
     versions_cli.run(SimpleNamespace(base="", new="", bench=benches, grid="quick",
-                                     machine=None, dry_run=False))
+                                     machine=None, rounds=None, dry_run=False))
     return summary, calls
 
 
@@ -280,7 +288,7 @@ def test_a_cell_failing_on_one_side_is_a_verdict(scratch) -> None:
         "    return torch.softmax(scores, dim=-1) @ v",
         "    keep = torch.ones(scores.shape[-1] + 1, scores.shape[-2], dtype=torch.bool)\n"
         "    return torch.softmax(scores.masked_fill(~keep, -1e6), dim=-1) @ v"))
-    done = _versions(str(releases / "1.0"), str(bad), "-b", GQA.format(
+    done = _versions(str(releases / "1.0"), str(bad), "--rounds", "2", "-b", GQA.format(
         framework="torch", backend=NAME), cwd=repo, env=env, timeout=1200)
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if f"'{NAME}'" in line]
@@ -295,7 +303,7 @@ def test_a_real_pair_of_jax_releases_runs_into_the_report(scratch, tmp_path: Pat
     side has the versions it was asked for, the cell a verdict and the kernel each side
     ran, and the report's "Versions side by side" and findings carry them."""
     repo, env, _ = scratch
-    done = _versions(EARLIER_JAX, PINNED_JAX, "-b", GQA.format(
+    done = _versions(EARLIER_JAX, PINNED_JAX, "--rounds", "2", "-b", GQA.format(
         framework="jax", backend="fused"), cwd=repo, env=env, timeout=2400)
     assert done.returncode in (0, 1), done.stdout + done.stderr[-3000:]
     summary = _summary(done)
@@ -303,6 +311,8 @@ def test_a_real_pair_of_jax_releases_runs_into_the_report(scratch, tmp_path: Pat
     assert summary["sides"]["base"]["versions"]["jaxlib"] == "0.10.1"
     assert summary["sides"]["new"]["versions"]["jax"] == "0.10.2"
     assert summary["sides"]["new"]["versions"]["flax"] == "0.12.8"
+    assert summary["settings"]["screen_rounds"] == 2  # --rounds 2: a screen of 2, confirm 3
+    assert summary["settings"]["confirm_rounds"] == 3
     verdicts = _verdicts(summary)
     assert len(verdicts) == 1 and set(verdicts.values()) <= set(VERDICTS), verdicts
     fused = next(c for c in summary["cells"] if "'fused'" in c["cell"])

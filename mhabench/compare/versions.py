@@ -10,16 +10,18 @@ sides' results go, under their environments' names, into one new folder
 1. **Build**: ``asv run --bench just-discover`` per side builds its environment and
    installs the project; the packages it pins are then read back from the environment
    (pip may have resolved another). Building and rounds: :mod:`.dependency_sets`.
-2. **Screen**: :data:`SCREEN_ROUNDS` rounds; in each, one ``asv run`` per side (a fresh
-   process per cell, ``rounds=1``), the sides' order alternating ABBA so that a slow stretch
-   of the machine falls on both. asv appends each process's samples to the side's results
-   (``--append-samples``); the new samples of each call are that process's, and its median
-   is one unit of evidence (:mod:`mhabench.analysis.comparisons.process_compare`).
+2. **Screen**: :data:`SCREEN_ROUNDS` rounds (or ``screen_rounds``); in each, one ``asv
+   run`` per side (a fresh process per cell, ``rounds=1``), the sides' order alternating
+   ABBA so that a slow stretch of the machine falls on both. asv appends each process's
+   samples to the side's results (``--append-samples``); the new samples of each call are
+   that process's, and its median is one unit of evidence
+   (:mod:`mhabench.analysis.comparisons.process_compare`).
 3. **Confirm**: every cell whose screen ratio passes :data:`SCREEN_FACTOR` either way runs
-   again in :data:`CONFIRM_ROUNDS` fresh rounds. It is ``slower`` or ``faster`` only if
-   the confirmation's interval clears 1.0, its ratio passes :data:`FACTOR`, and it leans
-   the way the screen did; else ``cleared``. A cell measured on one side and failing on the
-   other is ``failed on new`` (or ``failed on base``), a verdict like the others.
+   again in :data:`CONFIRM_ROUNDS` fresh rounds (or ``confirm_rounds``). It is ``slower``
+   or ``faster`` only if the confirmation's interval clears 1.0, its ratio passes
+   :data:`FACTOR`, and it leans the way the screen did; else ``cleared``. A cell measured
+   on one side and failing on the other is ``failed on new`` (or ``failed on base``), a
+   verdict like the others.
 4. **Kernels and compile time**: one process per cell and side for ``track_kernel``
    (recorded whatever the grid, ``MHABENCH_KERNELS=1``), and for the compile-time cells
    (``bench_compile``) that ``-b`` selects: readings, not verdicts (one process a side
@@ -84,7 +86,12 @@ class Comparison:
 
     def __init__(self, base: str, new: str, benches: Sequence[str], *, grid: str = "quick",
                  machine: str | None = None, root: Path = Path("."),
-                 echo: Callable[[str], None] = print) -> None:
+                 echo: Callable[[str], None] = print, screen_rounds: int = SCREEN_ROUNDS,
+                 confirm_rounds: int = CONFIRM_ROUNDS) -> None:
+        if min(screen_rounds, confirm_rounds) < 2:
+            raise ValueError(f"{min(screen_rounds, confirm_rounds)} rounds are too few: a "
+                             "verdict needs 2 processes a side at least")
+        self.screen_rounds, self.confirm_rounds = screen_rounds, confirm_rounds
         self.sides = {label: parse_side(label, text)
                       for label, text in zip(SIDES, (base, new), strict=True)}
         self.benches = list(benches)
@@ -139,8 +146,8 @@ class Comparison:
 
     def screen(self) -> list[str]:
         """The screen's rounds; returns the cells passed on to the confirmation."""
-        self.echo(f"mhabench versions: screen, {SCREEN_ROUNDS} rounds")
-        self._rounds("screen", SCREEN_ROUNDS, None)
+        self.echo(f"mhabench versions: screen, {self.screen_rounds} rounds")
+        self._rounds("screen", self.screen_rounds, None)
         passed = []
         for cell in self.cells.values():
             cell.screen = self._judge(cell, "screen")
@@ -158,8 +165,8 @@ class Comparison:
     def confirm(self, passed: Sequence[str]) -> None:
         if passed:
             self.echo(f"mhabench versions: confirmation of {len(passed)} cell(s), "
-                      f"{CONFIRM_ROUNDS} rounds")
-            self._rounds("confirm", CONFIRM_ROUNDS, passed)
+                      f"{self.confirm_rounds} rounds")
+            self._rounds("confirm", self.confirm_rounds, passed)
         for name in passed:
             cell = self.cells[name]
             cell.confirm = self._judge(cell, "confirm")
@@ -189,7 +196,8 @@ class Comparison:
                                   "env_name": self.sets.env_names.get(label),
                                   "versions": self.sets.versions.get(label, {})}
                           for label, side in self.sides.items()},
-                "settings": {"screen_rounds": SCREEN_ROUNDS, "confirm_rounds": CONFIRM_ROUNDS,
+                "settings": {"screen_rounds": self.screen_rounds,
+                             "confirm_rounds": self.confirm_rounds,
                              "screen_factor": SCREEN_FACTOR, "factor": FACTOR,
                              "samples_per_process": SAMPLES},
                 "seconds": self.seconds,

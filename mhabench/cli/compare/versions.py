@@ -30,6 +30,9 @@ def add_command(sub: Any) -> None:
     p.add_argument("--grid", default="quick", choices=GRIDS,
                    help="the benchmark grid (MHABENCH_GRID; default quick)")
     p.add_argument("--machine", default=None, help="asv machine name (asv's --machine)")
+    p.add_argument("--rounds", type=int, default=None, metavar="N",
+                   help="rounds of the screen (default 8); the confirmation takes half as "
+                        "many again (12)")
     p.add_argument("--dry-run", action="store_true",
                    help="say which cells and how long, and run nothing")
     p.set_defaults(func=run)
@@ -63,9 +66,15 @@ def run(args: argparse.Namespace) -> int:
     from mhabench.compare.estimate import estimate
     from mhabench.compare.rounds import CONFIRM_ROUNDS, SCREEN_ROUNDS
 
+    if args.rounds is not None and args.rounds < 2:
+        raise CLIError(f"--rounds {args.rounds} is too few: a verdict needs 2 processes a "
+                       f"side at least (default {SCREEN_ROUNDS})")
+    screen = args.rounds or SCREEN_ROUNDS
+    confirm = CONFIRM_ROUNDS if args.rounds is None else args.rounds * 3 // 2
     try:  # bad input is one line, before anything else is said
         comparison = Comparison(args.base, args.new, args.bench, grid=args.grid,
-                                machine=args.machine, echo=echo)
+                                machine=args.machine, echo=echo, screen_rounds=screen,
+                                confirm_rounds=confirm)
         comparison.check()
     except SideError as err:
         raise CLIError(str(err)) from err
@@ -75,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
     found = estimate(args.bench, grid=args.grid)
     if found is not None:
         echo(f"mhabench versions: {found.cells} time cell(s); besides building both "
-             f"environments, the screen ({SCREEN_ROUNDS} rounds of both sides) takes "
-             f"{found.say(SCREEN_ROUNDS, 2)}, and confirming every cell it passes on up to "
-             f"{found.say(CONFIRM_ROUNDS, 2)} more")
+             f"environments, the screen ({screen} rounds of both sides) takes "
+             f"{found.say(screen, 2)}, and confirming every cell it passes on up to "
+             f"{found.say(confirm, 2)} more")
     if args.dry_run:
         return 0
     try:
