@@ -32,14 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-# Phase 1's longest groups, longest first (seconds on 3 workers, 2 cores): the real JAX
-# pair of the versions comparison (~640, a group of its own), the shared tiny run with the
-# Slurm test (~390), the versions file's other slow tests (~240), the GPU rehearsal
-# (~200-300), then ~120-180 each. The Makefile turns off xdist's own order (most tests
-# first, --no-loadscope-reorder), which started the longest last: their ~400 s ran after
-# the other workers had finished.
-LONGEST_FIRST = ("test_versions.py::test_a_real_pair_of_jax_releases_runs_into_the_report",
-                 "tiny-asv-run", "test_versions.py", "test_device_rehearsal.py",
+# Phase 1's longest groups, longest first (seconds on 3 workers, 2 cores): the shared tiny
+# run with the Slurm test (~390), the real JAX pair of the versions comparison (~300, a
+# group of its own), the GPU rehearsal (~200-300), then ~120-180 each. The Makefile turns
+# off xdist's own order (most tests first, --no-loadscope-reorder), which started the
+# longest last: their ~400 s ran after the other workers had finished.
+LONGEST_FIRST = ("tiny-asv-run",
+                 "test_versions.py::test_a_real_pair_of_jax_releases_runs_into_the_report",
+                 "test_device_rehearsal.py", "test_versions.py",
                  "test_attention.py", "test_asv_suite.py", "test_step_semantics.py",
                  "test_report.py", "test_browser.py", "test_allocator.py",
                  "test_report_findings.py")

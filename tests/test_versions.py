@@ -297,7 +297,7 @@ def test_a_cell_failing_on_one_side_is_a_verdict(scratch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.own_worker  # ~640 s: beside its file's other slow tests, not after them
+@pytest.mark.own_worker  # ~300 s: beside its file's other slow tests, not after them
 def test_a_real_pair_of_jax_releases_runs_into_the_report(scratch, tmp_path: Path) -> None:
     """The release before the pinned JAX against the pinned one, on JAX's fused cell: each
     side has the versions it was asked for, the cell a verdict and the kernel each side
