@@ -17,10 +17,10 @@ here shares key/value heads), a backend the registry refuses for a shape (a plug
 a scale keyword at Gemma-3's scale) is n/a with its reason, and so is a cell over the
 memory budget.
 
-The grids: tiny (CI) one model at 16 tokens through the fused calls; quick three models
-(Llama-3.1-8B, Qwen3-32B, Gemma-2-9B), prompts of 512 and 2048 tokens through the fused
-calls and decode steps over 4096 cached tokens through batched and fused, within a CPU
-budget of FLOPs per step (4-5 minutes at one thread); full every distinct model,
+The grids: tiny (CI) one model at 16 tokens through the fused calls; quick four models
+(Llama-3.1-8B, Qwen2.5-7B, Qwen3-32B, Gemma-2-9B), prompts of 512 and 2048 tokens through
+the fused calls and decode steps over 4096 cached tokens through batched and fused, within
+a CPU budget of FLOPs per step (5-6 minutes at one thread); full every distinct model,
 8192-token prompts and caches up to 16384, every backend but the framework's own layer. A
 GPU (``MHABENCH_DEVICES`` with cuda) takes longer prompts and caches. Memory
 (``track_step_bytes``) on the full grid only: the weights (0.2-1 GB in float32) are most
@@ -51,8 +51,8 @@ from mhabench.measure.profiler.kernel_detect import library_call
 # One name per distinct shape (mistral-7b is llama-3.1-8b's), in the table's order.
 DISTINCT = [name for i, (name, shape) in enumerate(MODELS.items())
             if shape.fields() not in [m.fields() for m in list(MODELS.values())[:i]]]
-NAMES = grid(tiny=["gemma-2-9b"], quick=["llama-3.1-8b", "qwen3-32b", "gemma-2-9b"],
-             full=DISTINCT)
+NAMES = grid(tiny=["gemma-2-9b"],
+             quick=["llama-3.1-8b", "qwen2.5-7b", "qwen3-32b", "gemma-2-9b"], full=DISTINCT)
 # The framework's own layer runs MHA only and every model shares key/value heads; the loop
 # backend's per-head passes (h = 64 at Qwen3-32B) are for the full grid. The quick grid's
 # prompts go through the fused calls (and plug-ins) alone: its budget.
@@ -75,9 +75,10 @@ def lengths(table: dict[str, list[int]]) -> list[int]:
 
 
 # A CPU's budget: past the shortest prompt, a step of at most this many FLOPs (the cost
-# model's count), and no loop backend. Quick: Llama-3.1-8B's and Gemma-2-9B's 2048-token
-# prompts (0.25 TFLOP, a few seconds a step at one thread), not Qwen3-32B's (0.52); full:
-# the 8192-token prompts of the models up to d = 4096 (1.5-1.8 TFLOP).
+# model's count), and no loop backend. Quick: the 2048-token prompts of Llama-3.1-8B,
+# Qwen2.5-7B and Gemma-2-9B (0.2-0.25 TFLOP, a few seconds a step at one thread), not
+# Qwen3-32B's (0.52); full: the 8192-token prompts of the models up to d = 4096 (1.5-1.8
+# TFLOP).
 CPU_PREFILL_FLOPS = grid(tiny=1e12, quick=3e11, full=2e12)
 
 

@@ -67,16 +67,17 @@ CELLS = """
 """
 
 
-def test_the_quick_grid_times_three_models_within_its_budget() -> None:
+def test_the_quick_grid_times_four_models_within_its_budget() -> None:
     cells = run_python(CELLS, {"MHABENCH_GRID": "quick"})
     prefill = [c for c in cells if c["cls"] == "ModelPrefill"]
     decode = [c for c in cells if c["cls"] == "ModelDecode"]
-    assert {c["model"] for c in cells} == {"llama-3.1-8b", "qwen3-32b", "gemma-2-9b"}
+    assert {c["model"] for c in cells} == {"llama-3.1-8b", "qwen2.5-7b", "qwen3-32b",
+                                           "gemma-2-9b"}
     assert all(c["mode"] == "forward" and c["causal"] and c["batch"] == 1 for c in prefill)
     assert {c["backend"] for c in prefill} == {"fused"}
     assert {(c["model"], c["n"]) for c in prefill} == {
-        ("llama-3.1-8b", 512), ("llama-3.1-8b", 2048), ("qwen3-32b", 512),
-        ("gemma-2-9b", 512), ("gemma-2-9b", 2048)}
+        ("llama-3.1-8b", 512), ("llama-3.1-8b", 2048), ("qwen2.5-7b", 512),
+        ("qwen2.5-7b", 2048), ("qwen3-32b", 512), ("gemma-2-9b", 512), ("gemma-2-9b", 2048)}
     assert all(c["tflop"] <= 0.3 for c in prefill if c["n"] > 512)
     assert all(c["mode"] == "decode" and c["m"] == 4096 for c in decode)
     assert {(c["framework"], c["backend"]) for c in decode} == {
