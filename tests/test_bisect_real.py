@@ -1,18 +1,21 @@
 """The culprit search end to end, on a plug-in's own repository: ``mhabench init``, then
-``mhabench bisect`` as a user runs it, over 32 commits of which two change code.
+``mhabench bisect`` as a user runs it, over 32 commits of which one changes code.
 
 The test plug-in (tests/support/plugin_package.py) at release 1.0, committed and set up
 by ``mhabench init --grid quick``, then 32 commits that change the README or a comment,
-but two drawn at random (printed): one writes the softmax out (the plug-in's GQA cell about
-1.5x slower), a later one does it in float64 (about 1.6x slower again).
-``bisect`` over the whole range names both commits and only those; over the stretch before
-the first it reads "no change". The asv environment
-borrows this interpreter's torch and unpacks the wheels instead of pip-installing them
-(tests/support/own_repo.py), as the other real-run tests do, for CI time.
+but one drawn at random (printed) that writes the softmax out (the plug-in's GQA cell
+about 1.5x slower). ``bisect`` over the whole range names that commit and only it; over
+the stretch before it, it reads "no change". A range with two changes is searched on the
+real processes of such a history, recorded (tests/test_bisect_replay.py). The asv
+environment borrows this interpreter's torch and unpacks the wheels instead of
+pip-installing them (tests/support/own_repo.py), as the other real-run tests do, for CI
+time.
 
 ``python tests/test_bisect_real.py N DIR [SCALE]`` repeats a single-change search N times
 on held-back draws and prints one JSON line per search (culprit found, probes, rounds,
-minutes): the figures docs/bisect.md quotes.
+minutes): the figures docs/bisect.md quotes. ``python tests/test_bisect_real.py record
+DIR [ROUNDS]`` times every commit of a history with two changes (:data:`RECORD_CHANGES`)
+in ROUNDS interleaved rounds and writes the replay test's fixture.
 """
 
 from __future__ import annotations
@@ -83,31 +86,29 @@ def culprits(out: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timing
-def test_bisect_names_both_changes_and_no_change_before_them(tmp_path: Path,
-                                                             asv_home) -> None:
+def test_bisect_names_the_changed_commit_and_no_change_before_it(tmp_path: Path,
+                                                                 asv_home) -> None:
     draw = random.Random(os.environ.get("MHABENCH_BISECT_SEED") or time.time_ns())
-    first = draw.randint(4, 20)
-    second = draw.randint(first + 4, COMMITS - 2)
-    print(f"changes at commits {first} and {second}")
-    repo, commits = history(tmp_path, asv_home, {first: {}, second: {"float64": True}})
+    at = draw.randint(4, COMMITS)
+    print(f"change at commit {at}")
+    repo, commits = history(tmp_path, asv_home, {at: {}})
     env = {**asv_home, "MHABENCH_PREIMPORT": "torch"}
     start = time.monotonic()
-    both = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS,
-                    commits[0], commits[-1], env=env)
-    seconds = time.monotonic() - start
-    print(both.stdout, f"{seconds:.0f} s")
-    assert both.returncode == 1, (both.stdout + both.stderr)[-3000:]
-    assert culprits(both.stdout) == [commits[first][:8], commits[second][:8]], both.stdout
-    assert "SLOWER" in both.stdout and "faster" not in both.stdout
-    folder = Path(re.search(r"results in (\S+)", both.stdout).group(1))
+    found = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS,
+                     commits[0], commits[-1], env=env)
+    print(found.stdout, f"{time.monotonic() - start:.0f} s")
+    assert found.returncode == 1, (found.stdout + found.stderr)[-3000:]
+    assert culprits(found.stdout) == [commits[at][:8]], found.stdout
+    assert "SLOWER" in found.stdout and "faster" not in found.stdout
+    folder = Path(re.search(r"results in (\S+)", found.stdout).group(1))
     summary = json.loads((folder / "bisect.json").read_text())
-    assert {c["commit"] for c in summary["culprits"]} == {commits[first], commits[second]}
+    assert [c["commit"] for c in summary["culprits"]] == [commits[at]]
     assert (folder / "history" / "results" / "pytest-machine").is_dir()
     assert not (repo / ".asv" / "results").exists()  # results are only added to
 
     start = time.monotonic()
     none = mhabench(repo, "bisect", "--machine", "pytest-machine", "-b", CELLS,
-                    commits[0], commits[first - 1], env=env)
+                    commits[0], commits[at - 1], env=env)
     print(none.stdout, f"{time.monotonic() - start:.0f} s")
     assert none.returncode == 0, (none.stdout + none.stderr)[-3000:]
     assert "no change:" in none.stdout and not culprits(none.stdout)
@@ -148,7 +149,46 @@ def main(repeats: int, keep: Path, scale: str) -> None:
                           "lines": done.stdout.splitlines()[1:6]}), flush=True)
 
 
-if __name__ == "__main__":
+# The recorded history: the softmax written out at 11 (about 1.5x), then in float64 at 23
+# (about 1.6x more), in the two halves of the first probe.
+RECORD_CHANGES = {11: {}, 23: {"float64": True}}
+RECORDED = ROOT / "tests" / "fixtures" / "bisect_processes.json"
+
+
+def record(keep: Path, rounds: int) -> None:
+    """Every commit of a history with :data:`RECORD_CHANGES` in ``rounds`` interleaved
+    rounds of fresh processes (one ``asv run``, as a search's stage runs them), each
+    process's median in order: :data:`RECORDED`."""
+    from mhabench.compare.rounds import commit_rounds
+
+    keep.mkdir(parents=True, exist_ok=True)
+    home = keep / "home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "MHABENCH_THREADS": "1"}
+    os.environ.update(env)
+    subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"], cwd=ROOT,
+                   check=True, capture_output=True)
+    tmp = keep / f"record-{time.strftime('%H%M%S')}"
+    tmp.mkdir()
+    repo, commits = history(tmp, env, RECORD_CHANGES)
+    began = time.monotonic()
+    timed = commit_rounds(commits, [CELLS], rounds, tmp / "rounds", root=repo,
+                          asv_args=["--machine", "pytest-machine"], echo=lambda text: None)
+    (cell,) = timed
+    RECORDED.write_text(json.dumps({
+        "cell": cell, "rounds": rounds, "changes": sorted(RECORD_CHANGES),
+        "recorded": time.strftime("%Y-%m-%d"), "seconds": round(time.monotonic() - began),
+        "subjects": [subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s", c],
+                                    capture_output=True, text=True).stdout.strip()
+                     for c in commits],
+        "ms": [[round(1000 * x, 3) for x in timed[cell][c]] for c in commits]}) + "\n")
+    print(f"{RECORDED}: {len(commits)} commits x {rounds} processes in "
+          f"{time.monotonic() - began:.0f} s")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
+    record(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 16)
+elif __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 2,
          Path(sys.argv[2]) if len(sys.argv) > 2 else Path("bisect-runs"),
          sys.argv[3] if len(sys.argv) > 3 else "written_out")
