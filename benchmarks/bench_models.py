@@ -20,7 +20,7 @@ memory budget.
 The grids: tiny (CI) one model at 16 tokens through the fused calls; quick four models
 (Llama-3.1-8B, Qwen2.5-7B, Qwen3-32B, Gemma-2-9B), prompts of 512 and 2048 tokens through
 the fused calls and decode steps over 4096 cached tokens through batched and fused, within
-a CPU budget of FLOPs per step (5-6 minutes at one thread); full every distinct model,
+a CPU budget of FLOPs per step (about 5 minutes at one thread); full every distinct model,
 8192-token prompts and caches up to 16384, every backend but the framework's own layer. A
 GPU (``MHABENCH_DEVICES`` with cuda) takes longer prompts and caches. Memory
 (``track_step_bytes``) on the full grid only: the weights (0.2-1 GB in float32) are most
