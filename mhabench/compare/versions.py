@@ -10,18 +10,18 @@ sides' results go, under their environments' names, into one new folder
 1. **Build**: ``asv run --bench just-discover`` per side builds its environment and
    installs the project; the packages it pins are then read back from the environment
    (pip may have resolved another). Building and rounds: :mod:`.dependency_sets`.
-2. **Screen**: :data:`SCREEN_ROUNDS` rounds (or ``screen_rounds``); in each, one ``asv
+2. **Screen**: :data:`SCREEN_ROUNDS` rounds (or ``rounds``); in each, one ``asv
    run`` per side (a fresh process per cell, ``rounds=1``), the sides' order alternating
    ABBA so that a slow stretch of the machine falls on both. asv appends each process's
    samples to the side's results (``--append-samples``); the new samples of each call are
    that process's, and its median is one unit of evidence
    (:mod:`mhabench.analysis.comparisons.process_compare`).
 3. **Confirm**: every cell whose screen ratio passes :data:`SCREEN_FACTOR` either way runs
-   again in :data:`CONFIRM_ROUNDS` fresh rounds (or ``confirm_rounds``). It is ``slower``
-   or ``faster`` only if the confirmation's interval clears 1.0, its ratio passes
-   :data:`FACTOR`, and it leans the way the screen did; else ``cleared``. A cell measured
-   on one side and failing on the other is ``failed on new`` (or ``failed on base``), a
-   verdict like the others.
+   again in :data:`CONFIRM_ROUNDS` fresh rounds (or half as many again as ``rounds``). It
+   is ``slower`` or ``faster`` only if the confirmation's interval clears 1.0, its ratio
+   passes :data:`FACTOR`, and it leans the way the screen did; else ``cleared``. A cell
+   measured on one side and failing on the other is ``failed on new`` (or ``failed on
+   base``), a verdict like the others.
 4. **Kernels and compile time**: one process per cell and side for ``track_kernel``
    (recorded whatever the grid, ``MHABENCH_KERNELS=1``), and for the compile-time cells
    (``bench_compile``) that ``-b`` selects: readings, not verdicts (one process a side
@@ -86,12 +86,13 @@ class Comparison:
 
     def __init__(self, base: str, new: str, benches: Sequence[str], *, grid: str = "quick",
                  machine: str | None = None, root: Path = Path("."),
-                 echo: Callable[[str], None] = print, screen_rounds: int = SCREEN_ROUNDS,
-                 confirm_rounds: int = CONFIRM_ROUNDS) -> None:
-        if min(screen_rounds, confirm_rounds) < 2:
-            raise ValueError(f"{min(screen_rounds, confirm_rounds)} rounds are too few: a "
-                             "verdict needs 2 processes a side at least")
-        self.screen_rounds, self.confirm_rounds = screen_rounds, confirm_rounds
+                 echo: Callable[[str], None] = print, rounds: int | None = None) -> None:
+        # ``rounds``: the screen's (default SCREEN_ROUNDS), the confirmation half as many again
+        if rounds is not None and rounds < 2:
+            raise ValueError(f"--rounds {rounds} is too few: a verdict needs 2 processes a "
+                             f"side at least (default {SCREEN_ROUNDS})")
+        self.screen_rounds = rounds or SCREEN_ROUNDS
+        self.confirm_rounds = CONFIRM_ROUNDS if rounds is None else rounds * 3 // 2
         self.sides = {label: parse_side(label, text)
                       for label, text in zip(SIDES, (base, new), strict=True)}
         self.benches = list(benches)

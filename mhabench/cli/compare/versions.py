@@ -64,20 +64,14 @@ def run(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr, flush=True)
 
     from mhabench.compare.estimate import estimate
-    from mhabench.compare.rounds import CONFIRM_ROUNDS, SCREEN_ROUNDS
 
-    if args.rounds is not None and args.rounds < 2:
-        raise CLIError(f"--rounds {args.rounds} is too few: a verdict needs 2 processes a "
-                       f"side at least (default {SCREEN_ROUNDS})")
-    screen = args.rounds or SCREEN_ROUNDS
-    confirm = CONFIRM_ROUNDS if args.rounds is None else args.rounds * 3 // 2
     try:  # bad input is one line, before anything else is said
         comparison = Comparison(args.base, args.new, args.bench, grid=args.grid,
-                                machine=args.machine, echo=echo, screen_rounds=screen,
-                                confirm_rounds=confirm)
+                                machine=args.machine, echo=echo, rounds=args.rounds)
         comparison.check()
-    except SideError as err:
+    except ValueError as err:  # a side that cannot be built as written (SideError), --rounds
         raise CLIError(str(err)) from err
+    screen, confirm = comparison.screen_rounds, comparison.confirm_rounds
     if args.base.split() == args.new.split():
         echo(f"mhabench versions: BASE and NEW are one dependency set ({args.base!r}): every "
              "cell is compared with itself, which measures only the noise")
