@@ -114,16 +114,23 @@ def test_bisect_names_the_changed_commit_and_no_change_before_it(tmp_path: Path,
     assert "no change:" in none.stdout and not culprits(none.stdout)
 
 
-def main(repeats: int, keep: Path, scale: str) -> None:
-    """One change per history, at a drawn commit: ``written_out`` (1.0's one-pass softmax
-    written out, about 1.5x) or ``mixing`` (from the float64 module, the product with v in
-    float64 too: 1.15-1.35x); one JSON line per search."""
+def machine_home(keep: Path) -> dict[str, str]:
+    """``keep/home`` with the asv machine "pytest-machine" (the repeats' and the recording's
+    HOME, as conftest's ``asv_home`` is the test's); the environment to run asv with."""
     keep.mkdir(parents=True, exist_ok=True)
     home = keep / "home"
     home.mkdir(exist_ok=True)
     env = {"HOME": str(home), "MHABENCH_THREADS": "1"}
     subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"], cwd=ROOT,
                    env={**os.environ, **env}, check=True, capture_output=True)
+    return env
+
+
+def main(repeats: int, keep: Path, scale: str) -> None:
+    """One change per history, at a drawn commit: ``written_out`` (1.0's one-pass softmax
+    written out, about 1.5x) or ``mixing`` (from the float64 module, the product with v in
+    float64 too: 1.15-1.35x); one JSON line per search."""
+    env = machine_home(keep)
     draw = random.Random(int(os.environ.get("MHABENCH_BISECT_SEED", "1")))
     for repeat in range(repeats):
         at = draw.randint(1, COMMITS)
@@ -161,13 +168,8 @@ def record(keep: Path, rounds: int) -> None:
     process's median in order: :data:`RECORDED`."""
     from mhabench.compare.rounds import commit_rounds
 
-    keep.mkdir(parents=True, exist_ok=True)
-    home = keep / "home"
-    home.mkdir(exist_ok=True)
-    env = {"HOME": str(home), "MHABENCH_THREADS": "1"}
-    os.environ.update(env)
-    subprocess.run([*ASV, "machine", "--machine", "pytest-machine", "--yes"], cwd=ROOT,
-                   check=True, capture_output=True)
+    env = machine_home(keep)
+    os.environ.update(env)  # commit_rounds runs asv in this environment
     tmp = keep / f"record-{time.strftime('%H%M%S')}"
     tmp.mkdir()
     repo, commits = history(tmp, env, RECORD_CHANGES)
