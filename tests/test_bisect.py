@@ -49,6 +49,15 @@ def make_repo(tmp: Path, commits: int) -> tuple[Path, list[str]]:
     return repo, hashes
 
 
+def stage_results(folder: Path, commits: list[str]) -> None:
+    """A stage's asv results folder (new), a file per commit: what the search copies into
+    its history."""
+    results = folder / "results" / "machine"
+    results.mkdir(parents=True)
+    for commit in commits:
+        (results / f"{commit[:8]}-env.json").write_text(json.dumps({"commit": commit}))
+
+
 class Simulated:
     """asv's rounds, simulated: each process's median is the commit's level of the cell
     times lognormal scatter, a slow process (1.3-1.6x) now and then; commits in ``failing``
@@ -62,15 +71,12 @@ class Simulated:
         self.calls: list[tuple[list[str], list[str], int]] = []
 
     def __call__(self, commits, benches, count, folder, **kwargs):
-        folder.mkdir(parents=True)
+        stage_results(folder, commits)
         self.calls.append((list(commits), list(benches), count))
         cells = [c for c in self.levels if not benches
                  or any(re.search(b, c) for b in benches)]
         out = {}
         for commit in commits:
-            results = folder / "results" / "machine"
-            results.mkdir(parents=True, exist_ok=True)
-            (results / f"{commit[:8]}-env.json").write_text(json.dumps({"commit": commit}))
             for cell in cells:
                 if commit in self.failing:
                     out.setdefault(cell, {})[commit] = None

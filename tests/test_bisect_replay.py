@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_bisect import make_repo
+from test_bisect import make_repo, stage_results
 
 from mhabench.cli.compare.bisect import lines
 from mhabench.compare.bisect import Bisect
@@ -35,11 +35,9 @@ class Replayed:
 
     def __call__(self, commits, benches, count, folder, **kwargs):
         stage = folder.name.rsplit("-", 1)[0]  # "probe-03-2": a stage's second batch
-        results = folder / "results" / "machine"
-        results.mkdir(parents=True)
+        stage_results(folder, commits)
         out = {}
         for commit in commits:
-            (results / f"{commit[:8]}-env.json").write_text(json.dumps({"commit": commit}))
             recorded = self.ms[commit]
             start = self.taken[commit]
             self.taken[commit] += count
