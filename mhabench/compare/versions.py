@@ -10,11 +10,9 @@ sides' results go, under their environments' names, into one new folder
 1. **Build**: ``asv run --bench just-discover`` per side builds its environment and
    installs the project; the packages it pins are then read back from the environment
    (pip may have resolved another). Building and rounds: :mod:`.dependency_sets`.
-2. **Screen**: :data:`SCREEN_ROUNDS` rounds (or ``rounds``); in each, one ``asv
-   run`` per side (a fresh process per cell, ``rounds=1``), the sides' order alternating
-   ABBA so that a slow stretch of the machine falls on both. asv appends each process's
-   samples to the side's results (``--append-samples``); the new samples of each call are
-   that process's, and its median is one unit of evidence
+2. **Screen**: :data:`SCREEN_ROUNDS` rounds (or ``rounds``), each one ``asv run`` per
+   side (a fresh process per cell), the sides alternating ABBA; each process's appended
+   samples give one median, one unit of evidence
    (:mod:`mhabench.analysis.comparisons.process_compare`).
 3. **Confirm**: every cell whose screen ratio passes :data:`SCREEN_FACTOR` either way runs
    again in :data:`CONFIRM_ROUNDS` fresh rounds (or half as many again as ``rounds``). It
