@@ -75,10 +75,10 @@ def test_the_quick_grid_times_four_models_within_its_budget() -> None:
                                            "gemma-2-9b"}
     assert all(c["mode"] == "forward" and c["causal"] and c["batch"] == 1 for c in prefill)
     assert {c["backend"] for c in prefill} == {"fused"}
-    assert {(c["model"], c["n"]) for c in prefill} == {
-        ("llama-3.1-8b", 512), ("llama-3.1-8b", 2048), ("qwen2.5-7b", 512),
-        ("qwen2.5-7b", 2048), ("qwen3-32b", 512), ("gemma-2-9b", 512), ("gemma-2-9b", 2048)}
-    assert all(c["tflop"] <= 0.3 for c in prefill if c["n"] > 512)
+    # longer prompts are the full grid's: the quick grid keeps to its time
+    assert sorted((c["model"], c["n"], c["framework"]) for c in prefill) == sorted(
+        (m, 512, fw) for m in ("llama-3.1-8b", "qwen2.5-7b", "qwen3-32b", "gemma-2-9b")
+        for fw in ("torch", "jax"))
     assert all(c["mode"] == "decode" and c["m"] == 4096 for c in decode)
     assert {(c["framework"], c["backend"]) for c in decode} == {
         (fw, b) for fw in ("torch", "jax") for b in ("batched", "fused")}
