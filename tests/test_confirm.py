@@ -1,5 +1,5 @@
 """``mhabench confirm`` without asv (its listing and its errors) and the confirmations
-files it writes; the real re-measurement runs in tests/test_history_real.py."""
+files it writes; the real re-measurement runs in tests/test_own_repo.py."""
 
 from __future__ import annotations
 

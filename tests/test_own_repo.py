@@ -10,10 +10,11 @@ Slow (``timing``): a scratch repository of the test plug-in over six commits, th
 writing the softmax out in float64 in five passes over the attention weights (its quick
 GQA/MQA cells about 2.5x slower), timed by ``asv run`` at each commit after ``mhabench init
 --grid quick``: the report lists the shift at the fourth commit on the plug-in's cells and no
-other shift that holds. The gate's statistics on such a repository's commits are what every
-probe of the culprit search runs (tests/test_bisect_real.py); the ``gate`` command's verdict
-lines, on mhabench's own commits (tests/test_asv_regression.py); ``mhabench confirm`` on a
-real history (tests/test_history_real.py).
+other shift that holds, every timing process recorded the machine's load, and ``mhabench
+confirm`` re-measures one planted cell to "confirmed" in the next report without touching
+the history's load records. The gate's statistics on such a repository's commits are what
+every probe of the culprit search runs (tests/test_bisect_real.py); the ``gate`` command's
+verdict lines, on mhabench's own commits (tests/test_asv_regression.py).
 """
 
 from __future__ import annotations
@@ -29,12 +30,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.own_repo import borrow_frameworks, mhabench_wheel, plugin_checkout
+from support.own_repo import (
+    borrow_frameworks,
+    mhabench_wheel,
+    plugin_checkout,
+    unpack_installs,
+)
 from support.plugin_package import MODULE, write_module
 from support.scratch import ASV, ROOT, commit_all, git
 
+from mhabench.analysis.fast_speed import SLOWDOWN, add_slowdown
 from mhabench.analysis.history.regressions import CONFIRMED_VERDICTS
+from mhabench.analysis.results import load_results
 from mhabench.asvproject.own_repo import InitError, asv_folder_ignored, source_from
+from mhabench.compare.rounds import CONFIRM_ROUNDS
+from mhabench.measure.conditions.machine_load import FOLDER as LOAD_FOLDER
+from mhabench.measure.conditions.machine_load import read_records
 
 PLUGIN = "mysdpa"
 
@@ -301,4 +312,43 @@ def test_a_plugin_repo_is_timed_and_reported_across_its_own_commits(tmp_path: Pa
                    if "Your backends against the baselines" in x)
     assert f"{PLUGIN} (PyTorch) at {commits[-1][:8]} against PyTorch fused" in finding
     assert f"x at {at[:8]} (" in finding, finding
+    load = repo / ".asv" / LOAD_FOLDER  # where a benchmark process records, beside results
+    loads_are_recorded(repo / ".asv" / "results", load, tmp_path / "history.html")
+
+    # Re-measure one planted cell as a user does: mhabench confirm, then the report again.
+    cell = listed["asv cell"].iloc[0]
+    records = sorted(load.rglob("*.json"))
+    unpack_installs(repo, tmp_path, wheel)  # 24 installs: unpacked, not pip's start-up each
+    start = time.monotonic()
+    done = mhabench(repo, "confirm", "--results", ".asv/results", "--cell",
+                    "^" + re.escape(cell) + "$", "--at", at, env=env, timeout=900)
+    seconds["confirm (1 cell)"] = time.monotonic() - start
+    print(done.stdout, done.stderr[-2000:])
+    assert done.returncode == 1 and "1 of 1 shift(s) confirmed" in done.stdout, done.stdout
+    # The confirmation's rounds record their load beside their own results, not in the
+    # history's: the history's records, and so its verdicts on other shifts, stay as they were.
+    assert sorted(load.rglob("*.json")) == records
+    again = mhabench(repo, "report", "--results", ".asv/results", "--out",
+                     str(tmp_path / "again.html"), env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    shifts = pd.read_csv(tmp_path / "again_tables" / "regressions--shifts.csv",
+                        dtype={"shift at commit": str, "previous commit": str})
+    row = shifts[(shifts["asv cell"] == cell) & (shifts["shift at commit"] == at[:8])]
+    assert row["verdict"].tolist() == ["confirmed"], row.to_string()
+    assert f"confirmed by {CONFIRM_ROUNDS} interleaved rounds" in row["why"].iloc[0]
     print("seconds:", json.dumps({k: round(v, 1) for k, v in seconds.items()}))
+
+
+def loads_are_recorded(results: Path, load: Path, html: Path) -> None:
+    """Every timing process of the run recorded the machine's speed before and after its
+    samples, the report says so, and the results as the CLI loads them carry each time
+    cell's slowdown."""
+    assert "Machine load while cells timed: recorded" in html.read_text()
+    loads = read_records(load)
+    assert loads and all(v.probe_s is not None and v.probe_s > 0 for v in loads.values())
+    frame, references = add_slowdown(load_results(results).frame, loads)
+    assert set(references) == {"pytest-machine"}
+    timed = frame[frame["benchmark"].str.endswith(".time_step")]
+    probed = timed["asv_cell"].isin({cell for _, _, cell in loads})
+    assert probed.mean() > 0.9, timed.loc[~probed, "asv_cell"].tolist()[:5]
+    assert (timed[SLOWDOWN] >= 1).all() and (timed.loc[probed, SLOWDOWN] < 3).all()

@@ -1,8 +1,8 @@
 """Regressions across commits: shifts judged by what varies between processes (the cell's
 commit-to-commit noise) with whole-run offsets set apart, on synthetic histories with the
 real structure (samples of one process share its offset; processes drift), commits in git
-order, and the report's two history sections. The real-history test is
-tests/test_history_real.py."""
+order, and the report's two history sections. A real history in CI: tests/test_own_repo.py;
+for figures, scripts/history_real.py."""
 
 from __future__ import annotations
 
@@ -411,7 +411,7 @@ def test_report_flags_exactly_the_cells_that_got_slower(tmp_path: Path) -> None:
 
 def test_a_wiggle_below_the_threshold_does_not_split_a_steps_new_level() -> None:
     # A backend's median cell over eight real commits (log, the 2x plant at the fifth;
-    # a run of tests/test_history_real.py): with the series' small noise the Potts solver
+    # a run of scripts/history_real.py): with the series' small noise the Potts solver
     # cut the plant's commit off as a level of its own, and the shift "rested on one commit".
     series = np.array([-0.38, -0.39, -0.37, -0.35, 0.45, 0.37, 0.41, 0.35])
     for sigma in (0.005, 0.01, 0.02, 0.05):
@@ -428,7 +428,7 @@ def test_a_wiggle_below_the_threshold_does_not_split_a_steps_new_level() -> None
 
 def test_a_partial_return_after_a_step_is_its_new_level_and_a_spike_is_not() -> None:
     # A backend's median cell (log) in a real history whose plant's commit a VM burst
-    # slowed again in half of its cells (a CI run of tests/test_history_real.py): 2.7x
+    # slowed again in half of its cells (a run of the history scripts/history_real.py builds): 2.7x
     # there, 2.2x after. The later commits are the shift's new level, not a shift down.
     series = np.array([0.02, -0.01, 0.0, -0.02, 1.0, 0.78, 0.80, 0.79])
     for sigma in (0.01, 0.02, 0.05):
