@@ -39,7 +39,7 @@ EXAMPLES = ROOT / "examples"
 # longest last: their ~400 s ran after the other workers had finished.
 LONGEST_FIRST = ("tiny-asv-run",
                  "test_versions.py::test_a_real_pair_of_jax_releases_runs_into_the_report",
-                 "test_device_rehearsal.py", "test_versions.py", "test_releases.py",
+                 "test_device_rehearsal.py", "test_versions.py",
                  "test_attention.py", "test_asv_suite.py", "test_step_semantics.py",
                  "test_report.py", "test_browser.py", "test_allocator.py",
                  "test_report_findings.py")

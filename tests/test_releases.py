@@ -6,9 +6,9 @@ median per process per set; a sweep compares each pair of adjacent releases and 
 ``releases.json``; a search on simulated processes names the release that changed a cell,
 building only the sets it probes; every kind of bad input ends in one line. The labels of a
 list and the expansion of a range (pip mocked, and once pip's real resolver) are checked
-on their own. The real-run tests at the end sweep (slow, timing) and search (slow, in
-batches of 2 rounds: no timing asserted) the test plug-in at three releases, the last of
-them slower.
+on their own. The real-run test at the end (slow, timing) sweeps the test plug-in at three
+releases, the last of them slower. The search runs on simulated processes here; the same
+search on real processes is the culprit search's test (tests/test_bisect_real.py).
 """
 
 from __future__ import annotations
@@ -397,32 +397,4 @@ def test_a_slowed_release_is_found_by_the_sweep(
     assert len(summary["cells"]) == 1
     assert [(mine.replace("\\", "") in c["cell"], c["to"], c["verdict"])
             for c in summary["changes"]] == [(True, "1.2", "slower")], summary["changes"]
-
-    assert not (repo / ".asv" / "results").exists()  # asv's configured results: untouched
-
-
-@pytest.mark.slow
-def test_a_real_search_probes_the_releases_and_stores_its_rounds(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
-    """``--search`` with asv's real runs, in batches of 2 rounds (it asserts no timing: the
-    search's verdicts on real processes are the culprit search's, tests/test_bisect_real.py,
-    and on simulated ones above): the first and last release and the one between built
-    and timed, the search's record and asv results in its folder, a verdict line."""
-    from conftest import _machine_home
-
-    tmp = tmp_path_factory.mktemp("search")
-    repo, _ = scratch_clone(tmp)
-    env = asv_env(_machine_home(tmp))
-    folders = [str(write_release(tmp / "plugin" / f"1.{i}", f"1.{i}", written_out=slowed))
-               for i, slowed in enumerate((False, False, True))]
-    search = _releases_cli(*folders, "-b", GQA.format(backend=NAME), "--search", "--rounds",
-                           "2", cwd=repo, env=env, timeout=1800)
-    print(search.stdout)
-    assert search.returncode in (0, 1), search.stdout + search.stderr[-3000:]
-    assert re.search(r"^CULPRIT 1\.[12] |no change", search.stdout, re.MULTILINE), (
-        search.stdout)
-    folder = Path(re.search(r"results in (\S+)", search.stdout).group(1))
-    summary = json.loads((folder / "bisect.json").read_text())
-    assert summary["rounds"] >= 2, summary  # the ends' first batch at least
-    assert list((folder / "history" / "results").rglob("*.json"))
     assert not (repo / ".asv" / "results").exists()  # asv's configured results: untouched
