@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from support.own_repo import borrow_frameworks, mhabench_wheel, plugin_checkout, unpack_installs
 from support.plugin_package import MODULE, write_module
-from support.scratch import ASV, ROOT, commit_all
+from support.scratch import ASV, ROOT, commit_all, git
 
 COMMITS = 32  # after the first, as the culprit search's test asks
 # The plug-in's GQA cell of the quick grid (b2 n512 d256, 16 query heads over 4 key/value
@@ -180,9 +180,7 @@ def record(keep: Path, rounds: int) -> None:
     RECORDED.write_text(json.dumps({
         "cell": cell, "rounds": rounds, "changes": sorted(RECORD_CHANGES),
         "recorded": time.strftime("%Y-%m-%d"), "seconds": round(time.monotonic() - began),
-        "subjects": [subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s", c],
-                                    capture_output=True, text=True).stdout.strip()
-                     for c in commits],
+        "subjects": [git(repo, "log", "-1", "--format=%s", c) for c in commits],
         "ms": [[round(1000 * x, 3) for x in timed[cell][c]] for c in commits]}) + "\n")
     print(f"{RECORDED}: {len(commits)} commits x {rounds} processes in "
           f"{time.monotonic() - began:.0f} s")
